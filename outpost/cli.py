@@ -1,0 +1,147 @@
+"""The `outpost` command: parses arguments, builds configs, calls a package. No logic of its own.
+
+Exit codes for every subcommand: 0 success, 2 bad usage or bad input (a one-line message, no
+traceback), 1 a runtime failure. Progress and logs go to stderr, results to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from outpost.run import PRESETS, UsageError
+
+_log = logging.getLogger("outpost")
+
+
+def _add_run_parser(sub: Any) -> None:
+    p = sub.add_parser("run", help="chat with a model in the terminal (llama-cli's flags)")
+    p.add_argument("-m", "--model", help="GGUF file (default: the built-in random-weight demo model)")
+    p.add_argument("-p", "--prompt", help="first user message")
+    p.add_argument("-f", "--file", help="read the first user message from this file")
+    p.add_argument("-sys", "--system-prompt", dest="system", help="system message")
+    p.add_argument("-n", "--n-predict", type=int, help="max tokens per answer (-1: until the context ends)")
+    p.add_argument("-c", "--ctx-size", type=int, help="context size (default: trained context, max 8192)")
+    p.add_argument("-t", "--threads", type=int, help="CPU threads (default: all this process may use)")
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers to offload to GPU")
+    p.add_argument("-sm", "--split-mode", choices=["none", "layer", "row"], default="layer")
+    p.add_argument("--temp", type=float, help="temperature (0 = greedy; default 0.8)")
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("-s", "--seed", type=int, default=-1, help="RNG seed (-1: random)")
+    p.add_argument("--single-turn", action="store_true", help="answer the prompt once and exit")
+    p.add_argument("--chat-template", help="jinja chat template file overriding the model's")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="chat or summarize defaults; flags override")
+    p.set_defaults(handler=_cmd_run)
+
+
+def _add_models_parser(sub: Any) -> None:
+    p = sub.add_parser("models", help="model files: synthetic models for tests and benchmarks")
+    msub = p.add_subparsers(dest="models_cmd", required=True)
+    s = msub.add_parser("synth", help="write a random-weight GGUF in a real architecture's shape")
+    s.add_argument(
+        "--shape", required=True, help="tiny, smollm2-135m, smollm2-360m, smollm2-1.7b, qwen2.5-0.5b"
+    )
+    s.add_argument("--quant", default="f16", help="f16 (default), q8_0, q4_0 or q4_K_M")
+    s.add_argument("-o", "--output", required=True, help="output .gguf path")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(handler=_cmd_models_synth)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="outpost", description="Run small language models on your own hardware."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log llama.cpp and engine details")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_parser(sub)
+    _add_models_parser(sub)
+    return parser
+
+
+def progress_bar(desc: str) -> Callable[[int, int, str], None]:
+    """A stderr progress callback `(done, total, label)` for long tasks."""
+    from tqdm import tqdm
+
+    bar: list[Any] = []
+
+    def update(done: int, total: int, label: str) -> None:
+        if not bar:
+            bar.append(tqdm(total=total, desc=desc, unit="tensor", file=sys.stderr, leave=True))
+        bar[0].set_postfix_str(label[:40], refresh=False)
+        bar[0].update(done - bar[0].n)
+        if done >= total:
+            bar[0].close()
+
+    return update
+
+
+def _cmd_models_synth(args: argparse.Namespace) -> int:
+    from outpost.models import SHAPES, write_synthetic_model
+
+    if args.shape not in SHAPES:
+        raise UsageError(f"unknown shape {args.shape!r}; choose one of: {', '.join(SHAPES)}")
+    path = write_synthetic_model(
+        args.shape, Path(args.output), quant=args.quant, seed=args.seed, progress=progress_bar(args.shape)
+    )
+    print(path)
+    return 0
+
+
+def _resolve_model(model: str | None) -> str:
+    if model:
+        return model
+    from outpost.models import ensure_demo_model
+
+    path = ensure_demo_model(progress=progress_bar("demo model"))
+    sys.stderr.write(
+        f"outpost: using the built-in demo model {path}: RANDOM WEIGHTS, its answers are noise.\n"
+        "outpost: for real answers give a real model: outpost run -m path/to/model.gguf\n"
+    )
+    return str(path)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from outpost.run import run_command
+
+    args.model = _resolve_model(args.model)
+    return run_command(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(name)s: %(message)s"
+    )
+    try:
+        return int(args.handler(args))
+    except (UsageError, ValidationError, ValueError, FileNotFoundError) as exc:
+        sys.stderr.write(f"outpost: error: {_one_line(exc)}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        return 130
+    except Exception as exc:
+        if os.environ.get("OUTPOST_DEBUG"):
+            raise
+        sys.stderr.write(f"outpost: error: {_one_line(exc)}\n")
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""EngineCore: the one thread that owns the llama context; EngineClient: how everyone else talks to it.
+
+The loop is vLLM v1's: `schedule()` -> `runner.execute()` -> `update_from_output()`, once per step,
+admitting new requests between every step. Callers on other threads (the asyncio server, the CLI)
+submit requests and aborts under a short lock around the pure scheduler and get `TokenEvent`s back
+through a per-request sink; `llama_decode` runs outside the lock (ctypes releases the GIL there),
+so submitting, aborting and serving HTTP never wait for a decode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Protocol
+
+from outpost.messages import FinishReason, GenerateRequest, TokenEvent
+from outpost.scheduler import Scheduler
+from outpost.scheduler.output import RunnerOutput, SchedulerOutput
+
+_log = logging.getLogger(__name__)
+
+EventSink = Callable[[TokenEvent], None]
+
+
+class Runner(Protocol):
+    """What the core needs from a model runner (the real one, or a fake in tests)."""
+
+    def execute(self, out: SchedulerOutput) -> RunnerOutput: ...
+
+    def close(self) -> None: ...
+
+
+class EngineCore:
+    """Runs the step loop on its own thread until `stop()`."""
+
+    def __init__(
+        self, scheduler: Scheduler, runner: Runner, on_close: Callable[[], None] | None = None
+    ) -> None:
+        self.scheduler = scheduler
+        self._runner = runner
+        self._on_close = on_close
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._sinks: dict[str, EventSink] = {}
+        self.steps = 0
+        self._thread = threading.Thread(target=self._run, name="outpost-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, request: GenerateRequest, sink: EventSink) -> None:
+        """Queue a request; raises QueueFull / RequestRejected at once, never later."""
+        with self._lock:
+            if self._stopping:
+                raise RuntimeError("engine is shutting down")
+            self.scheduler.add_request(request)
+            self._sinks[request.request_id] = sink
+        self._wake.set()
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request at the next step (prefill or decode); its sink gets one ABORT event."""
+        with self._lock:
+            self.scheduler.abort(request_id)
+        self._wake.set()
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                if not self._step():
+                    self._wake.wait(timeout=0.5)
+                    self._wake.clear()
+        except BaseException:  # a bug in the loop must not leave callers waiting forever
+            _log.exception("engine loop crashed")
+            self._fail_all("engine loop crashed; see the server log")
+        finally:
+            self._close_native()
+
+    def _step(self) -> bool:
+        """One schedule -> execute -> update round; False when there was nothing to do."""
+        with self._lock:
+            if not self.scheduler.has_work():
+                return False
+            out = self.scheduler.schedule(time.monotonic())
+        result = self._execute(out)
+        with self._lock:
+            events = self.scheduler.update_from_output(out, result, time.monotonic())
+            sinks = [(self._sinks.get(e.request_id), e) for e in events]
+            for event in events:
+                if event.finished:
+                    self._sinks.pop(event.request_id, None)
+        self.steps += 1
+        for sink, event in sinks:
+            if sink is not None:
+                sink(event)
+        return True
+
+    def _execute(self, out: SchedulerOutput) -> RunnerOutput:
+        if out.is_empty:
+            return RunnerOutput()
+        try:
+            return self._runner.execute(out)
+        except Exception as exc:  # fail this step's requests, keep serving the rest
+            _log.exception("runner failed a step")
+            return RunnerOutput(decode_status=-1000, error=f"engine error: {exc}")
+
+    def _fail_all(self, message: str) -> None:
+        with self._lock:
+            sinks, self._sinks = self._sinks, {}
+        for request_id, sink in sinks.items():
+            sink(TokenEvent(request_id, finish_reason=FinishReason.ERROR, error=message))
+
+    def _close_native(self) -> None:
+        self._runner.close()
+        if self._on_close is not None:
+            self._on_close()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the current step, end every open request with ABORT, free native resources."""
+        with self._lock:
+            self._stopping = True
+            pending = list(self._sinks)
+        self._wake.set()
+        self._thread.join(timeout)
+        for request_id in pending:
+            sink = self._sinks.pop(request_id, None)
+            if sink is not None:
+                sink(TokenEvent(request_id, finish_reason=FinishReason.ABORT, error="engine stopped"))
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+class EngineClient:
+    """The caller's side: async streams for the server, a blocking iterator for the CLI."""
+
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenEvent]:
+        """Yields the request's events; leaving the loop early (or being cancelled) aborts it."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[TokenEvent] = asyncio.Queue()
+
+        def sink(event: TokenEvent) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        self.core.submit(request, sink)
+        finished = False
+        try:
+            while not finished:
+                event = await events.get()
+                finished = event.finished
+                yield event
+        finally:
+            if not finished:
+                self.core.abort(request.request_id)
+
+    def generate_sync(self, request: GenerateRequest) -> Iterator[TokenEvent]:
+        """Blocking version for the CLI; closing the iterator early aborts the request."""
+        events: queue.SimpleQueue[TokenEvent] = queue.SimpleQueue()
+        self.core.submit(request, events.put)
+        finished = False
+        try:
+            while not finished:
+                event = events.get()
+                finished = event.finished
+                yield event
+        finally:
+            if not finished:
+                self.core.abort(request.request_id)
+
+    def abort(self, request_id: str) -> None:
+        self.core.abort(request_id)

@@ -1,0 +1,51 @@
+"""Engine configuration: how a GGUF is loaded and how its llama.cpp context is shaped."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on: on a 2-vCPU VM 'physical cores' may read 1 and halve speed."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class EngineConfig(BaseModel):
+    """Load and context parameters; field names follow llama.cpp's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_path: str
+    n_ctx: int = Field(
+        0, ge=0, description="total KV cells for all slots; 0 = the trained context, at most 8192"
+    )
+    n_batch: int = Field(512, ge=1, description="max tokens in one llama_decode")
+    n_ubatch: int = Field(512, ge=1, description="physical micro-batch")
+    n_seq_max: int = Field(4, ge=1, le=256, description="slots (sequence ids) sharing one unified KV cache")
+    n_threads: int = Field(default_factory=available_cpus, ge=1)
+    n_threads_batch: int | None = Field(None, ge=1, description="prefill threads; None = n_threads")
+    n_gpu_layers: int = Field(0, ge=-1, description="layers offloaded to GPU; -1 = all")
+    split_mode: Literal["none", "layer", "row"] = "layer"
+    main_gpu: int = Field(0, ge=0)
+    tensor_split: tuple[float, ...] = ()
+    flash_attn: Literal["auto", "on", "off"] = "auto"
+    kv_cache_type: Literal["f16", "q8_0"] = "f16"
+    use_mmap: bool = True
+    use_mlock: bool = False
+    chat_template: str | None = Field(None, description="jinja template overriding the GGUF's own")
+
+    @field_validator("model_path")
+    @classmethod
+    def _model_exists(cls, path: str) -> str:
+        if not os.path.isfile(path):
+            raise ValueError(f"model file not found: {path} (give a .gguf path with -m)")
+        with open(path, "rb") as f:
+            if f.read(4) != b"GGUF":
+                raise ValueError(f"{path} is not a GGUF file (convert it first: outpost convert)")
+        return path

@@ -1,0 +1,168 @@
+"""A loaded GGUF model and its llama.cpp context, freed in the right order.
+
+`LoadedModel` owns three native handles: the model, the context made from it, and (through
+`Vocab`) a view of the model's vocabulary. `close()` frees the context before the model; nothing
+else in Outpost frees them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from outpost.engine.chat_template import ChatTemplate
+from outpost.engine.config import EngineConfig
+from outpost.engine.lib import ensure_backend, llama, recent_problems
+from outpost.engine.vocab import Vocab
+
+_log = logging.getLogger(__name__)
+
+_SPLIT_MODES = {"none": llama.LLAMA_SPLIT_MODE_NONE, "layer": 1, "row": 2}
+_FLASH_ATTN = {
+    "auto": llama.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+DEFAULT_MAX_CTX = 8192
+_KV_TYPES = {"f16": llama.GGML_TYPE_F16, "q8_0": llama.GGML_TYPE_Q8_0}
+
+
+class ModelLoadError(RuntimeError):
+    """llama.cpp refused the file or the context parameters."""
+
+
+class LoadedModel:
+    """A model plus one context with `n_seq_max` sequences over a unified KV cache."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        ensure_backend()
+        self.config = config
+        self._model: Any = None
+        self._ctx: Any = None
+        self._tensor_split: Any = None  # keeps the float array alive while llama.cpp may read it
+        self._model = llama.llama_model_load_from_file(config.model_path.encode(), self._model_params())
+        if not self._model:
+            raise ModelLoadError(
+                f"llama.cpp could not load {config.model_path}: {recent_problems() or 'unknown error'}"
+            )
+        try:
+            self.vocab = Vocab(llama.llama_model_get_vocab(self._model))
+            self.n_ctx_train = int(llama.llama_model_n_ctx_train(self._model))
+            self._ctx = llama.llama_init_from_model(self._model, self._context_params())
+            if not self._ctx:
+                raise ModelLoadError(
+                    f"llama.cpp could not create a context: {recent_problems() or 'out of memory?'}"
+                )
+            # llama.cpp may round n_ctx up and clamp n_batch to it: plan with what it really chose.
+            self.n_ctx = int(llama.llama_n_ctx(self._ctx))
+            self.n_batch = int(llama.llama_n_batch(self._ctx))
+            self.memory = llama.llama_get_memory(self._ctx)
+            self.chat_template = self._load_chat_template()
+        except BaseException:
+            self.close()
+            raise
+
+    def _model_params(self) -> Any:
+        cfg = self.config
+        params = llama.llama_model_default_params()
+        params.n_gpu_layers = 2**31 - 1 if cfg.n_gpu_layers < 0 else cfg.n_gpu_layers
+        params.split_mode = _SPLIT_MODES[cfg.split_mode]
+        params.main_gpu = cfg.main_gpu
+        if cfg.use_mlock:
+            params.load_mode = (
+                llama.LLAMA_LOAD_MODE_MMAP_MLOCK if cfg.use_mmap else llama.LLAMA_LOAD_MODE_MLOCK
+            )
+        else:
+            params.load_mode = llama.LLAMA_LOAD_MODE_MMAP if cfg.use_mmap else llama.LLAMA_LOAD_MODE_NONE
+        if cfg.tensor_split:
+            n = int(llama.llama_max_devices())
+            values = list(cfg.tensor_split)[:n] + [0.0] * max(0, n - len(cfg.tensor_split))
+            self._tensor_split = (ctypes.c_float * n)(*values)
+            params.tensor_split = self._tensor_split
+        return params
+
+    def _context_params(self) -> Any:
+        cfg = self.config
+        params = llama.llama_context_default_params()
+        # 0: the model's trained context, capped so a 128k-context model does not allocate 128k cells.
+        params.n_ctx = cfg.n_ctx or min(self.n_ctx_train, DEFAULT_MAX_CTX)
+        params.n_batch = cfg.n_batch
+        params.n_ubatch = min(cfg.n_ubatch, cfg.n_batch)
+        params.n_seq_max = cfg.n_seq_max
+        params.n_threads = cfg.n_threads
+        params.n_threads_batch = cfg.n_threads_batch or cfg.n_threads
+        params.flash_attn_type = _FLASH_ATTN[cfg.flash_attn]
+        params.type_k = _KV_TYPES[cfg.kv_cache_type]
+        params.type_v = _KV_TYPES[cfg.kv_cache_type]
+        # One pool of cells for all slots: a sequence may use as much of n_ctx as is free, and
+        # sequences can share cells (a system prompt copied with seq_cp costs no extra memory).
+        params.kv_unified = True
+        params.no_perf = True
+        return params
+
+    def _load_chat_template(self) -> ChatTemplate | None:
+        source = self.config.chat_template or self.metadata("tokenizer.chat_template")
+        if not source:
+            return None
+        return ChatTemplate(source, bos_token=self.vocab.bos_text, eos_token=self.vocab.eos_text)
+
+    @property
+    def ctx(self) -> Any:
+        return self._ctx
+
+    @property
+    def model(self) -> Any:
+        return self._model
+
+    def metadata(self, key: str) -> str | None:
+        """A GGUF metadata value as text, or None when the key is absent."""
+        size = 256
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = int(llama.llama_model_meta_val_str(self._model, key.encode(), buf, size))
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", errors="replace")
+            size = n + 1
+
+    def output_logits(self, batch_index: int) -> npt.NDArray[np.float32]:
+        """A copy of the logits row the last decode produced for batch position `batch_index`."""
+        ptr = llama.llama_get_logits_ith(self._ctx, batch_index)
+        if not ptr:
+            raise ValueError(f"no logits were requested for batch index {batch_index}")
+        return np.ctypeslib.as_array(ptr, shape=(self.vocab.n_tokens,)).copy()
+
+    def describe(self) -> dict[str, Any]:
+        """Facts a server or CLI shows about the model."""
+        buf = ctypes.create_string_buffer(256)
+        llama.llama_model_desc(self._model, buf, 256)
+        return {
+            "description": buf.value.decode(errors="replace"),
+            "n_params": int(llama.llama_model_n_params(self._model)),
+            "size_bytes": int(llama.llama_model_size(self._model)),
+            "n_ctx_train": self.n_ctx_train,
+            "n_ctx": self.n_ctx,
+            "n_vocab": self.vocab.n_tokens,
+            "architecture": self.metadata("general.architecture"),
+            "name": self.metadata("general.name"),
+        }
+
+    def close(self) -> None:
+        """Free the context, then the model. Safe to call twice."""
+        if self._ctx:
+            llama.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> LoadedModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,110 @@
+"""Carries out one `SchedulerOutput` on a loaded model: memory ops, samplers, one llama_decode.
+
+This is the engine side of the scheduler contract (`outpost/scheduler/output.py`); the scheduler
+decides, the runner only translates into llama.cpp calls. It runs on the engine thread only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from outpost.engine.batch import TokenBatch
+from outpost.engine.lib import llama
+from outpost.engine.model import LoadedModel
+from outpost.engine.sampling import SamplerChain
+from outpost.messages import TokenLogprob
+from outpost.scheduler.output import (
+    RunnerOutput,
+    SampledToken,
+    SamplerSetup,
+    SchedulerOutput,
+    SeqCopy,
+    SeqRemove,
+)
+
+
+class ModelRunner:
+    """Owns the batch buffer and one sampler chain per busy sequence."""
+
+    def __init__(self, model: LoadedModel) -> None:
+        self.model = model
+        self.batch = TokenBatch(model.n_batch)
+        self.samplers: dict[int, SamplerChain] = {}
+        self._n_probs: dict[int, int] = {}  # seq_id -> top logprobs wanted (absent: none)
+
+    def execute(self, out: SchedulerOutput) -> RunnerOutput:
+        self._apply_memory_ops(out)
+        for seq_id in out.sampler_frees:
+            self._n_probs.pop(seq_id, None)
+            chain = self.samplers.pop(seq_id, None)
+            if chain is not None:
+                chain.free()
+        for setup in out.sampler_setups:
+            self._setup_sampler(setup)
+        if not out.chunks:
+            return RunnerOutput()
+        outputs = self.batch.fill(out.chunks)
+        status = int(llama.llama_decode(self.model.ctx, self.batch.struct))
+        if status != 0:
+            return RunnerOutput(decode_status=status, error=_decode_error(status))
+        return RunnerOutput(sampled=self._sample(outputs))
+
+    def _apply_memory_ops(self, out: SchedulerOutput) -> None:
+        mem = self.model.memory
+        for op in out.memory_ops:
+            if isinstance(op, SeqRemove):
+                llama.llama_memory_seq_rm(mem, op.seq_id, op.p0, op.p1)
+            elif isinstance(op, SeqCopy):
+                llama.llama_memory_seq_cp(mem, op.src, op.dst, op.p0, op.p1)
+
+    def _setup_sampler(self, setup: SamplerSetup) -> None:
+        old = self.samplers.pop(setup.seq_id, None)
+        if old is not None:
+            old.free()
+        vocab = self.model.vocab
+        chain = SamplerChain(setup.params, vocab.handle, vocab.n_tokens, vocab.eog_ids)
+        chain.accept_history(setup.history)
+        self.samplers[setup.seq_id] = chain
+        if setup.params.n_probs >= 0:
+            self._n_probs[setup.seq_id] = setup.params.n_probs
+        else:
+            self._n_probs.pop(setup.seq_id, None)
+
+    def _sample(self, outputs: dict[int, int]) -> dict[int, SampledToken]:
+        ctx = self.model.ctx
+        vocab = self.model.vocab
+        sampled: dict[int, SampledToken] = {}
+        for seq_id, index in outputs.items():
+            token = self.samplers[seq_id].sample(ctx, index)
+            n_probs = self._n_probs.get(seq_id)
+            logprob = None if n_probs is None else self._logprob(index, token, n_probs)
+            sampled[seq_id] = SampledToken(token, vocab.token_to_piece(token), vocab.is_eog(token), logprob)
+        return sampled
+
+    def _logprob(self, index: int, token: int, n_top: int) -> TokenLogprob:
+        """The model's own distribution at this step (before sampler truncation), as OpenAI reports."""
+        logits = self.model.output_logits(index).astype(np.float64)
+        shifted = logits - logits.max()
+        logprobs = shifted - np.log(np.exp(shifted).sum())
+        top: tuple[tuple[int, float], ...] = ()
+        if n_top > 0:
+            best = np.argpartition(-logprobs, n_top - 1)[:n_top]
+            best = best[np.argsort(-logprobs[best])]
+            top = tuple((int(t), float(logprobs[t])) for t in best)
+        return TokenLogprob(token, float(logprobs[token]), top)
+
+    def close(self) -> None:
+        """Free the sampler chains (before the model goes; the caller closes the model)."""
+        for chain in self.samplers.values():
+            chain.free()
+        self.samplers.clear()
+
+
+def _decode_error(status: int) -> str:
+    if status == 1:
+        return "no free KV cells for this batch"
+    if status == 2:
+        return "decode aborted"
+    if status == -1:
+        return "invalid input batch"
+    return f"llama_decode failed with code {status}"

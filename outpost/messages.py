@@ -1,0 +1,127 @@
+"""Typed messages that cross Outpost's layers.
+
+`GenerateRequest` flows down (api or cli -> EngineClient -> scheduler); `TokenEvent` flows back up.
+They are plain dataclasses made only of JSON-friendly fields, so the cluster layer can send them
+over a broker as they are. Nothing here imports llama.cpp or does I/O.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class FinishReason(StrEnum):
+    """Why a request ended; the values are what OpenAI clients expect where one exists."""
+
+    STOP = "stop"  # end-of-generation token or a stop string
+    LENGTH = "length"  # max_tokens or the end of the context
+    ABORT = "abort"  # the caller went away or cancelled
+    TIMEOUT = "timeout"  # deadline passed (the server maps it to 504)
+    ERROR = "error"  # the engine failed this request; `TokenEvent.error` says why
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """One sequence's sampler chain, in llama.cpp's terms. temperature <= 0 means greedy."""
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    typical_p: float = 1.0
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    penalty_last_n: int = 64
+    seed: int | None = None  # None: a fresh random seed per request
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias); -inf bans a token
+    ignore_eos: bool = False
+    grammar: str | None = None  # GBNF (llama.cpp grammar) constraining the output, e.g. JSON
+    n_probs: int = -1  # -1: no logprobs; 0: the sampled token's logprob; N: plus the top N
+
+
+@dataclass
+class GenerateRequest:
+    """A validated, tokenized request: everything the engine needs and nothing HTTP-specific."""
+
+    prompt_tokens: list[int]
+    max_tokens: int
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: tuple[str, ...] = ()
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # Seconds on time.monotonic()'s clock; None: no deadline.
+    deadline: float | None = None
+    arrival_time: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """Log-probability of one generated token, and the most likely alternatives at that step."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (token id, logprob), most likely first
+
+
+@dataclass
+class Timings:
+    """Per-request timings with llama-server's names (milliseconds, tokens/s), plus cache and queue."""
+
+    prompt_n: int = 0  # prompt tokens actually evaluated (cache hits excluded)
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    cache_n: int = 0  # prompt tokens reused from the KV cache
+    queue_ms: float = 0.0
+
+    @property
+    def prompt_per_second(self) -> float:
+        return self.prompt_n / self.prompt_ms * 1000.0 if self.prompt_ms > 0 else 0.0
+
+    @property
+    def predicted_per_second(self) -> float:
+        return self.predicted_n / self.predicted_ms * 1000.0 if self.predicted_ms > 0 else 0.0
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "prompt_n": self.prompt_n,
+            "prompt_ms": self.prompt_ms,
+            "prompt_per_second": self.prompt_per_second,
+            "predicted_n": self.predicted_n,
+            "predicted_ms": self.predicted_ms,
+            "predicted_per_second": self.predicted_per_second,
+            "cache_n": self.cache_n,
+            "queue_ms": self.queue_ms,
+        }
+
+
+@dataclass
+class TokenEvent:
+    """What the engine says about one request after a step: new tokens and text, or the end of it.
+
+    `text` is safe to show: never half a UTF-8 character, never the start of a stop string that
+    may still complete. The last event of a request has `finish_reason` set and carries `timings`.
+    """
+
+    request_id: str
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: FinishReason | None = None
+    timings: Timings | None = None
+    error: str | None = None
+    logprobs: list[TokenLogprob] | None = None  # one per token id, when the request asked for them
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+class QueueFull(Exception):
+    """The waiting queue is at its bound; the server answers 429 with Retry-After."""
+
+
+class RequestRejected(ValueError):
+    """A request the engine can never serve as asked (e.g. longer than the context); a 400."""

@@ -1,0 +1,199 @@
+"""`outpost run`: llama-cli's chat workflow on Outpost's engine.
+
+Owns the conversation (history of messages, presets, one-shot vs interactive) and the llama.cpp-style
+timing lines. Tokens are streamed to stdout as they arrive; everything else goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from outpost.engine.config import EngineConfig
+from outpost.messages import FinishReason, GenerateRequest, SamplingParams, Timings
+from outpost.runtime import Engine
+
+
+class UsageError(Exception):
+    """Bad input from the user: the CLI prints the message on one line and exits 2."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    system: str | None = None
+    n_predict: int | None = None
+    ctx_size: int | None = None
+    temperature: float | None = None
+    user_prefix: str = ""
+
+
+PRESETS: dict[str, Preset] = {
+    "chat": Preset(system="You are a helpful assistant", n_predict=512, ctx_size=8192, temperature=0.0),
+    "summarize": Preset(
+        system="You are a technical writer", n_predict=512, user_prefix="Summarize the following text: "
+    ),
+}
+
+
+@dataclass
+class ChatSession:
+    """A multi-turn conversation: every turn re-renders the whole history, and the engine's
+    prefix cache makes that cost only the new tokens."""
+
+    engine: Engine
+    sampling: SamplingParams
+    n_predict: int
+    system: str | None = None
+    user_prefix: str = ""
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+    messages: list[dict[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.system:
+            self.messages.append({"role": "system", "content": self.system})
+
+    def ask(self, user_text: str) -> str:
+        """Send one user turn, stream the answer, print timings; returns the answer."""
+        self.messages.append({"role": "user", "content": self.user_prefix + user_text})
+        prompt = self.engine.tokenize_prompt(self.engine.render_chat(self.messages))
+        room = self.engine.n_ctx_seq - len(prompt)
+        if room < 1:
+            self.messages.pop()
+            raise UsageError(
+                f"prompt is {len(prompt)} tokens but the context holds {self.engine.n_ctx_seq}; "
+                "raise -c/--ctx-size or shorten the prompt"
+            )
+        max_tokens = room if self.n_predict < 0 else min(self.n_predict, room)
+        request = GenerateRequest(prompt_tokens=prompt, max_tokens=max_tokens, sampling=self.sampling)
+        answer: list[str] = []
+        timings = Timings()
+        for event in self.engine.client.generate_sync(request):
+            if event.text:
+                answer.append(event.text)
+                self.out.write(event.text)
+                self.out.flush()
+            if event.finish_reason is FinishReason.ERROR:
+                raise RuntimeError(event.error or "generation failed")
+            if event.timings is not None:
+                timings = event.timings
+        self.out.write("\n")
+        self.out.flush()
+        text = "".join(answer)
+        self.messages.append({"role": "assistant", "content": text})
+        print_timings(timings, self.err)
+        return text
+
+    def interactive(self, stdin: TextIO) -> None:
+        """Read user turns until EOF (Ctrl-D) or /exit."""
+        while True:
+            self.err.write("\n> ")
+            self.err.flush()
+            line = stdin.readline()
+            if not line or line.strip() in ("/exit", "/quit"):
+                return
+            if line.strip():
+                self.ask(line.rstrip("\n"))
+
+
+def print_timings(t: Timings, err: TextIO) -> None:
+    """The three lines llama.cpp prints after an answer."""
+
+    def line(label: str, ms: float, n: int) -> str:
+        per_token = ms / n if n else 0.0
+        per_second = n / ms * 1000.0 if ms > 0 else 0.0
+        return (
+            f"{label} = {ms:10.2f} ms / {n:5d} tokens ({per_token:8.2f} ms per token, "
+            f"{per_second:8.2f} tokens per second)"
+        )
+
+    err.write(line("prompt eval time", t.prompt_ms, t.prompt_n) + f"  [cached: {t.cache_n}]\n")
+    err.write(line("       eval time", t.predicted_ms, t.predicted_n) + "\n")
+    total_ms = t.queue_ms + t.prompt_ms + t.predicted_ms
+    err.write(f"      total time = {total_ms:10.2f} ms / {t.prompt_n + t.predicted_n:5d} tokens\n")
+    err.flush()
+
+
+def _pick(explicit: object, preset_value: object, default: object) -> object:
+    return explicit if explicit is not None else preset_value if preset_value is not None else default
+
+
+def _first_user_text(args: argparse.Namespace, stdin: TextIO) -> str | None:
+    if args.prompt is not None and args.file is not None:
+        raise UsageError("give the prompt with -p or -f, not both")
+    if args.file is not None:
+        try:
+            return Path(args.file).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise UsageError(f"cannot read prompt file {args.file}: {exc.strerror}") from exc
+    if args.prompt is not None:
+        return str(args.prompt)
+    if not stdin.isatty():  # piped input is the prompt: answer once
+        return stdin.read()
+    return None
+
+
+def _engine_config(args: argparse.Namespace, ctx_size: int) -> EngineConfig:
+    template = None
+    if args.chat_template:
+        try:
+            template = Path(args.chat_template).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot read chat template {args.chat_template}: {exc.strerror}") from exc
+    if ctx_size < 0:
+        raise UsageError(f"-c/--ctx-size must be >= 0, got {ctx_size}")
+    options: dict[str, object] = {
+        "model_path": args.model,
+        "n_ctx": ctx_size,
+        "n_seq_max": 1,
+        "n_gpu_layers": args.n_gpu_layers,
+        "split_mode": args.split_mode,
+        "chat_template": template,
+    }
+    if args.threads is not None:
+        options["n_threads"] = args.threads
+    return EngineConfig.model_validate(options)
+
+
+def _sampling(args: argparse.Namespace, temperature: float) -> SamplingParams:
+    if args.top_k < 0 or not 0.0 <= args.top_p <= 1.0 or not 0.0 <= args.min_p <= 1.0:
+        raise UsageError("--top-k must be >= 0, --top-p and --min-p in [0, 1]")
+    if args.repeat_penalty <= 0:
+        raise UsageError("--repeat-penalty must be > 0 (1.0 disables it)")
+    return SamplingParams(
+        temperature=temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+        seed=None if args.seed < 0 else args.seed,
+    )
+
+
+def run_command(args: argparse.Namespace, stdin: TextIO | None = None) -> int:
+    """The whole `outpost run`: one answer, then an interactive chat when the terminal allows it."""
+    stdin = stdin or sys.stdin
+    preset = PRESETS[args.preset] if args.preset else Preset()
+    n_predict = int(_pick(args.n_predict, preset.n_predict, 512))  # type: ignore[call-overload]
+    if n_predict == 0 or n_predict < -1:
+        raise UsageError(f"-n/--n-predict must be > 0 or -1, got {n_predict}")
+    temperature = float(_pick(args.temp, preset.temperature, 0.8))  # type: ignore[arg-type]
+    ctx_size = int(_pick(args.ctx_size, preset.ctx_size, 0))  # type: ignore[call-overload]
+    first = _first_user_text(args, stdin)
+    with Engine(_engine_config(args, ctx_size), max_queue=1) as engine:
+        session = ChatSession(
+            engine,
+            _sampling(args, temperature),
+            n_predict,
+            system=_pick(args.system, preset.system, None),  # type: ignore[arg-type]
+            user_prefix=preset.user_prefix,
+        )
+        if first is not None:
+            session.ask(first)
+        if args.single_turn or not stdin.isatty():
+            return 0
+        session.interactive(stdin)
+    return 0

@@ -1,0 +1,68 @@
+"""Assembles a running engine from configuration: model + runner + scheduler + EngineCore + client.
+
+This is the one place that knows how the layers plug together; the CLI and the server call
+`start_engine()` and get back an `Engine` that tokenizes, renders chat prompts and streams tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from outpost.core import EngineClient, EngineCore
+from outpost.engine.chat_template import ChatTemplateError
+from outpost.engine.config import EngineConfig
+from outpost.engine.model import LoadedModel
+from outpost.engine.runner import ModelRunner
+from outpost.scheduler import Scheduler, SchedulerConfig
+
+
+class Engine:
+    """A loaded model served by its own engine thread. `close()` stops the thread, then frees."""
+
+    def __init__(self, config: EngineConfig, max_queue: int = 64, prefix_cache: bool = True) -> None:
+        self.model = LoadedModel(config)
+        try:
+            self.runner = ModelRunner(self.model)
+            self.n_ctx_seq = min(self.model.n_ctx_train or self.model.n_ctx, self.model.n_ctx)
+            self.scheduler_config = SchedulerConfig(
+                n_slots=config.n_seq_max,
+                n_ctx=self.model.n_ctx,
+                n_ctx_seq=self.n_ctx_seq,
+                max_queue=max_queue,
+                step_token_budget=self.model.n_batch,
+                prefix_cache=prefix_cache,
+            )
+            self.core = EngineCore(Scheduler(self.scheduler_config), self.runner, on_close=self.model.close)
+        except BaseException:
+            self.model.close()
+            raise
+        self.client = EngineClient(self.core)
+
+    @property
+    def vocab(self) -> Any:
+        return self.model.vocab
+
+    def tokenize_prompt(self, text: str, add_special: bool = True) -> list[int]:
+        """Tokenize a prompt, adding BOS only where the model wants it and the text lacks it."""
+        vocab = self.model.vocab
+        bos_text = vocab.bos_text
+        add = add_special and not (bos_text and text.startswith(bos_text))
+        return list(vocab.tokenize(text, add_special=add, parse_special=True))
+
+    def render_chat(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        template = self.model.chat_template
+        if template is None:
+            raise ChatTemplateError(
+                "this model has no chat template; give one with --chat-template FILE (a jinja file)"
+            )
+        return template.render(messages, add_generation_prompt=add_generation_prompt)
+
+    def close(self) -> None:
+        self.core.stop()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

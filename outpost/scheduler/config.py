@@ -1,0 +1,50 @@
+"""The scheduler's knobs: slot count, KV size, queue bound, per-step token budget, prefix cache.
+
+A plain frozen dataclass (the server's pydantic config builds one); `__post_init__` rejects values
+the scheduler cannot honour, with messages that say which value to change and how.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How the scheduler shares one llama.cpp context between requests.
+
+    n_slots: concurrent requests; slot i is llama.cpp sequence id i (the context's n_seq_max).
+    n_ctx: KV cells in the unified cache, shared by every slot.
+    n_ctx_seq: the most positions one request may use, prompt plus output.
+    max_queue: requests allowed to wait beyond the free slots; more raise `QueueFull`.
+    step_token_budget: tokens per llama_decode (the context's n_batch): decode tokens first,
+        then prompt chunks (chunked prefill).
+    prefix_cache: reuse KV of earlier requests (same slot, or copied from another slot).
+    """
+
+    n_slots: int = 4
+    n_ctx: int = 8192
+    n_ctx_seq: int = 8192
+    max_queue: int = 64
+    step_token_budget: int = 512
+    prefix_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n_slots < 1:
+            raise ValueError(f"n_slots must be at least 1 (got {self.n_slots})")
+        if self.n_ctx < 2:
+            raise ValueError(f"n_ctx must be at least 2 KV cells (got {self.n_ctx})")
+        if not 2 <= self.n_ctx_seq <= self.n_ctx:
+            raise ValueError(
+                f"n_ctx_seq must be between 2 and n_ctx={self.n_ctx} (got {self.n_ctx_seq}): "
+                "one request can never use more cells than the whole cache; lower n_ctx_seq "
+                "or raise n_ctx"
+            )
+        if self.max_queue < 0:
+            raise ValueError(f"max_queue must be 0 or more (got {self.max_queue})")
+        if self.step_token_budget < self.n_slots:
+            # Every generating slot needs its one token per step, or some would starve.
+            raise ValueError(
+                f"step_token_budget (n_batch) must be at least n_slots={self.n_slots} "
+                f"(got {self.step_token_budget}): raise n_batch or lower the slot count"
+            )

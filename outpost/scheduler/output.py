@@ -1,0 +1,99 @@
+"""The contract between the scheduler and a model runner.
+
+Each engine step: `Scheduler.schedule()` returns a `SchedulerOutput` (what to do to the KV memory,
+which samplers to (re)build, which token chunks to decode); a runner (the real one in
+`outpost/engine/runner.py`, or a fake in tests) carries it out and returns a `RunnerOutput`;
+`Scheduler.update_from_output()` turns that into `TokenEvent`s. Sequence ids are slot numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from outpost.messages import SamplingParams, TokenLogprob
+
+
+@dataclass(frozen=True)
+class SeqRemove:
+    """`llama_memory_seq_rm(seq_id, p0, p1)`: drop cells at positions [p0, p1); -1 is open-ended."""
+
+    seq_id: int
+    p0: int = -1
+    p1: int = -1
+
+
+@dataclass(frozen=True)
+class SeqCopy:
+    """`llama_memory_seq_cp(src, dst, p0, p1)`: dst shares src's cells at positions [p0, p1)."""
+
+    src: int
+    dst: int
+    p0: int = 0
+    p1: int = -1
+
+
+MemoryOp = SeqRemove | SeqCopy
+
+
+@dataclass(frozen=True)
+class SamplerSetup:
+    """Build a fresh sampler chain for `seq_id`; `history` primes the penalty window (prompt tail)."""
+
+    seq_id: int
+    params: SamplingParams
+    history: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class BatchChunk:
+    """Tokens of one sequence at positions start_pos, start_pos+1, ... to decode in this step.
+
+    `sample`: the last token's logits are wanted and the runner samples one token from them with
+    the sequence's chain (a decode token, or the final chunk of a prompt).
+    """
+
+    seq_id: int
+    tokens: list[int]
+    start_pos: int
+    sample: bool
+
+
+@dataclass
+class SchedulerOutput:
+    """One step's work, in the order the runner must do it: memory ops, samplers, then one decode."""
+
+    memory_ops: list[MemoryOp] = field(default_factory=list)
+    sampler_setups: list[SamplerSetup] = field(default_factory=list)
+    sampler_frees: list[int] = field(default_factory=list)  # seq ids whose chain may be dropped
+    chunks: list[BatchChunk] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(c.tokens) for c in self.chunks)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.memory_ops or self.sampler_setups or self.sampler_frees or self.chunks)
+
+
+@dataclass(frozen=True)
+class SampledToken:
+    """One sampled token with the bytes it renders as (special tokens render as b"")."""
+
+    token: int
+    piece: bytes
+    is_eog: bool
+    logprob: TokenLogprob | None = None  # filled when the request's SamplingParams.n_probs >= 0
+
+
+@dataclass
+class RunnerOutput:
+    """What the runner did with a `SchedulerOutput`.
+
+    decode_status: llama_decode's return code (0 ok; 1 no KV slot: nothing was decoded, the
+    scheduler makes room and retries; anything else failed every chunk of the step).
+    """
+
+    sampled: dict[int, SampledToken] = field(default_factory=dict)  # seq_id -> token
+    decode_status: int = 0
+    error: str | None = None

@@ -1,0 +1,91 @@
+"""One request's life inside the scheduler: its tokens, progress, text stream and clock readings.
+
+Times are the `now` values the engine loop passes in (time.monotonic() seconds); the scheduler
+never reads a clock, which keeps it deterministic under test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from outpost.messages import FinishReason, GenerateRequest, Timings, TokenEvent
+from outpost.scheduler.slots import Slot
+from outpost.scheduler.textstream import TextStream
+
+
+@dataclass(eq=False)
+class RequestState:
+    """A request waiting for a slot or running in one.
+
+    `tokens` is the prompt followed by every token generated so far. While running, the slot's
+    `cached` is always a prefix of `tokens`: the part whose KV exists. Prefill evaluates the rest;
+    the final prefill chunk samples, and from then on each step evaluates the last sampled token.
+    After a preemption the whole of `tokens` is prefilled again (recompute), so the text already
+    sent never repeats.
+    """
+
+    req: GenerateRequest
+    tokens: list[int]
+    text: TextStream
+    slot: Slot | None = None
+    prefilled: bool = False  # `tokens` as of admission are all in KV; now one token per step
+    n_generated: int = 0  # sampled tokens, the EOG token included
+    # prompt_n counts every prefill token evaluated (recomputes after preemption included);
+    # cache_n is the prefix reused at the latest admission.
+    timings: Timings = field(default_factory=Timings)
+    admitted_at: float | None = None  # first admission
+    scheduled_at: float | None = None  # first step with one of its chunks
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+
+    @classmethod
+    def new(cls, req: GenerateRequest) -> RequestState:
+        return cls(req, list(req.prompt_tokens), TextStream(req.stop))
+
+    @property
+    def request_id(self) -> str:
+        return self.req.request_id
+
+    @property
+    def n_cached(self) -> int:
+        return len(self.slot.cached) if self.slot is not None else 0
+
+    @property
+    def n_uncomputed(self) -> int:
+        """Tokens still to evaluate before it can sample (prefill), or 1 while generating."""
+        return len(self.tokens) - self.n_cached
+
+    def penalty_history(self) -> tuple[int, ...]:
+        """The tail of its tokens that primes the sampler's penalty window (-1: all of them)."""
+        n = self.req.sampling.penalty_last_n
+        if n == 0:
+            return ()
+        return tuple(self.tokens if n < 0 else self.tokens[-n:])
+
+    def on_token(self, now: float) -> None:
+        if self.first_token_at is None:
+            self.first_token_at = now
+            if self.scheduled_at is not None:
+                self.timings.prompt_ms = _ms(now - self.scheduled_at)
+        self.last_token_at = now
+        self.n_generated += 1
+
+    def final_event(
+        self,
+        reason: FinishReason,
+        now: float,
+        token_ids: list[int],
+        text: str,
+        error: str | None = None,
+    ) -> TokenEvent:
+        """The request's last event, with its timings filled in."""
+        t = self.timings
+        t.queue_ms = _ms((self.admitted_at if self.admitted_at is not None else now) - self.req.arrival_time)
+        t.predicted_n = self.n_generated
+        if self.first_token_at is not None and self.last_token_at is not None:
+            t.predicted_ms = _ms(self.last_token_at - self.first_token_at)
+        return TokenEvent(self.request_id, token_ids, text, reason, t, error)
+
+
+def _ms(seconds: float) -> float:
+    return max(0.0, seconds * 1000.0)

@@ -1,0 +1,380 @@
+"""The continuous-batching scheduler, after vLLM v1's `schedule()` / `update_from_output()`.
+
+Pure logic: no I/O, no clock, no llama.cpp. Each engine step the loop calls `schedule(now)`, hands
+the `SchedulerOutput` to a runner, and passes the `RunnerOutput` to `update_from_output()`, which
+returns the step's `TokenEvent`s. Decisions taken inside `schedule()` (aborts, deadlines) come back
+as events from the `update_from_output()` that follows it.
+
+A step, in order: apply aborts and deadlines; admit waiting requests FCFS into free slots, reusing
+the longest cached prefix; then build one batch: one token for every generating request, then
+prompt chunks in admission order up to the token budget (chunked prefill). KV cells are counted
+exactly (see `slots.py`); when they run short, idle caches go first (LRU), then the youngest
+running request is preempted and later recomputed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
+from outpost.scheduler.config import SchedulerConfig
+from outpost.scheduler.output import (
+    BatchChunk,
+    MemoryOp,
+    RunnerOutput,
+    SampledToken,
+    SamplerSetup,
+    SchedulerOutput,
+    SeqRemove,
+)
+from outpost.scheduler.pool import SlotPool
+from outpost.scheduler.request import RequestState
+from outpost.scheduler.slots import Slot
+
+
+class Scheduler:
+    """Owns the waiting queue, the slots and every live request. Not thread-safe: one caller."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self._pool = SlotPool(config.n_slots, config.prefix_cache)
+        self._owner: list[RequestState | None] = [None] * config.n_slots  # by seq id
+        self._waiting: deque[RequestState] = deque()
+        self._running: list[RequestState] = []  # admission order; the last is the youngest
+        self._live: dict[str, RequestState] = {}  # waiting or running, by request id
+        self._aborts: set[str] = set()
+        self._events: list[TokenEvent] = []  # decided in schedule(), returned by the next update
+        # What the next SchedulerOutput carries besides chunks; filled by schedule() and update.
+        self._ops: list[MemoryOp] = []
+        self._setups: dict[int, SamplerSetup] = {}
+        self._frees: set[int] = set()
+        # Cells we plan with: n_ctx, lowered when llama.cpp reports no room (its cache is smaller
+        # or fragmented) so the same batch is not retried forever; reset when nothing runs.
+        self._kv_limit = config.n_ctx
+
+    # ---- the engine loop's API -------------------------------------------------------------
+
+    def add_request(self, req: GenerateRequest) -> None:
+        """Queues a request; raises RequestRejected (never servable) or QueueFull (try later)."""
+        n, limit = len(req.prompt_tokens), self.config.n_ctx_seq
+        if n == 0:
+            raise RequestRejected("the prompt is empty: send at least one token")
+        if n >= limit:
+            raise RequestRejected(
+                f"the prompt has {n} tokens but a request may use {limit} positions (prompt + "
+                f"output): shorten the prompt to at most {limit - 1} tokens or raise the context size"
+            )
+        if req.max_tokens < 1:
+            raise RequestRejected(f"max_tokens must be at least 1 (got {req.max_tokens})")
+        if req.request_id in self._live:
+            raise RequestRejected(f"request id {req.request_id!r} is already in use")
+        # The bound counts requests that will not find a free slot at the next step.
+        free_slots = self.config.n_slots - self._pool.n_busy
+        if len(self._waiting) >= self.config.max_queue + free_slots:
+            raise QueueFull(
+                f"{len(self._waiting)} requests are waiting (max_queue={self.config.max_queue}): retry later"
+            )
+        state = RequestState.new(req)
+        self._waiting.append(state)
+        self._live[req.request_id] = state
+
+    def abort(self, request_id: str) -> None:
+        """Ends a request at the next schedule() with one ABORT event; unknown ids are ignored."""
+        if request_id in self._live:
+            self._aborts.add(request_id)
+
+    def schedule(self, now: float) -> SchedulerOutput:
+        """Decides one step: memory ops, sampler chains to build or drop, and the batch."""
+        self._apply_aborts(now)
+        self._expire(now)
+        self._admit(now)
+        chunks = self._build_batch()
+        for chunk in chunks:
+            owner = self._owner[chunk.seq_id]
+            if owner is not None and owner.scheduled_at is None:
+                owner.scheduled_at = now
+        out = SchedulerOutput(
+            memory_ops=self._ops,
+            sampler_setups=list(self._setups.values()),
+            # A new chain replaces the old one: never ask to drop a seq that gets a chain.
+            sampler_frees=sorted(self._frees - self._setups.keys()),
+            chunks=chunks,
+        )
+        self._ops, self._setups, self._frees = [], {}, set()
+        return out
+
+    def update_from_output(self, out: SchedulerOutput, result: RunnerOutput, now: float) -> list[TokenEvent]:
+        """Applies what the runner did with `out` (the last schedule()'s) and returns the events."""
+        events, self._events = self._events, []
+        if not (out.chunks or out.sampler_setups):
+            return events
+        if result.decode_status == 0 and result.error is None:
+            self._on_success(out, result, now, events)
+        elif result.decode_status == 1 and out.chunks:
+            self._on_no_kv_slot(out, now, events)
+        else:
+            self._on_failure(out, result, now, events)
+        return events
+
+    def has_work(self) -> bool:
+        """Anything waiting, running, or events and memory/sampler ops still to hand out."""
+        return bool(self._waiting or self._running or self._events or self._ops or self._frees)
+
+    # ---- read-only stats ---------------------------------------------------------------------
+
+    @property
+    def slots_busy(self) -> int:
+        return self._pool.n_busy
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def kv_cells_used(self) -> int:
+        """KV cells held by all sequences (shared prefix cells once), as the scheduler tracks them."""
+        return self._pool.cells_used()
+
+    def cached_tokens(self, seq_id: int) -> tuple[int, ...]:
+        """The tokens the scheduler believes sequence `seq_id` holds (for tests and debugging)."""
+        return tuple(self._pool.slots[seq_id].cached)
+
+    # ---- schedule(): leaving, admission, batch -------------------------------------------------
+
+    def _apply_aborts(self, now: float) -> None:
+        for request_id in self._aborts:
+            state = self._live.get(request_id)
+            if state is not None:  # it may have finished since abort() was called
+                self._events.append(self._finish(state, FinishReason.ABORT, now, flush=True))
+        self._aborts.clear()
+
+    def _expire(self, now: float) -> None:
+        expired = [
+            s
+            for queue in (self._waiting, self._running)
+            for s in queue
+            if s.req.deadline is not None and s.req.deadline < now
+        ]
+        for state in expired:
+            self._events.append(self._finish(state, FinishReason.TIMEOUT, now, flush=True))
+
+    def _admit(self, now: float) -> None:
+        """FCFS: the head of the queue takes a free slot, or nobody does (no overtaking)."""
+        if not self._running:
+            self._kv_limit = self.config.n_ctx
+        while self._waiting and self._pool.has_free():
+            state = self._waiting[0]
+            plan = self._pool.plan(state.tokens)
+            # Applied first: dropping dst's stale tail frees cells the room check can then count.
+            # If the request must wait, dst simply keeps the prefix it will most likely get again.
+            self._ops += self._pool.apply(plan)
+            if not self._make_room(len(state.tokens) - plan.reuse, (plan.dst, plan.src)):
+                return
+            self._waiting.popleft()
+            self._pool.acquire(plan.dst)
+            self._owner[plan.dst.seq_id] = state
+            self._running.append(state)
+            state.slot, state.prefilled = plan.dst, False
+            state.timings.cache_n = plan.reuse  # after a preemption: what the recompute reused
+            if state.admitted_at is None:
+                state.admitted_at = now
+            seq = plan.dst.seq_id
+            self._setups[seq] = SamplerSetup(seq, state.req.sampling, state.penalty_history())
+
+    def _make_room(self, need: int, keep: tuple[Slot | None, ...]) -> bool:
+        """Evicts idle caches until `need` more cells fit beside what running prefills still need.
+
+        False if they cannot while others run (the request waits for them); a request alone
+        always goes ahead, since one request never needs more than n_ctx_seq <= n_ctx cells.
+        """
+        reserved = sum(s.n_uncomputed for s in self._running if not s.prefilled)
+        while self._free_cells() - reserved < need:
+            ops = self._pool.evict_lru(keep)
+            if ops is None:
+                return not self._running
+            self._ops += ops
+        return True
+
+    def _free_cells(self) -> int:
+        return self._kv_limit - self._pool.cells_used()
+
+    def _build_batch(self) -> list[BatchChunk]:
+        """Decode tokens first, then prompt chunks; preempts the youngest if nothing fits."""
+        while True:
+            self._fit_decodes()
+            chunks = [
+                BatchChunk(s.slot.seq_id, [s.tokens[-1]], len(s.tokens) - 1, True)
+                for s in self._running
+                if s.prefilled and s.slot is not None
+            ]
+            chunks += self._prefill_chunks(self.config.step_token_budget - len(chunks), len(chunks))
+            if chunks or not self._running:
+                return chunks
+            self._preempt(self._running[-1])
+
+    def _fit_decodes(self) -> None:
+        """Makes a cell for every generating request: idle caches go first, then the youngest."""
+        while self._running:
+            if len(self._running) == 1:  # alone it fits n_ctx, whatever we learned with others
+                self._kv_limit = self.config.n_ctx
+            need = sum(1 for s in self._running if s.prefilled)
+            if need <= self._free_cells():
+                return
+            ops = self._pool.evict_lru()
+            if ops is not None:
+                self._ops += ops
+            elif len(self._running) > 1:
+                self._preempt(self._running[-1])
+            else:
+                return  # cannot happen (one request never exceeds n_ctx); let llama.cpp judge
+
+    def _prefill_chunks(self, budget: int, decoding: int) -> list[BatchChunk]:
+        """Prompt chunks in admission order, within the token budget and the free cells."""
+        chunks: list[BatchChunk] = []
+        used = decoding  # new cells this step's chunks will take
+        free = self._free_cells() - used
+        for state in self._running:
+            if budget <= 0:
+                break
+            if state.prefilled or state.slot is None:
+                continue
+            n = min(state.n_uncomputed, budget)
+            while n > free and (ops := self._pool.evict_lru()) is not None:
+                self._ops += ops
+                free = self._free_cells() - used
+            n = min(n, free)
+            if n <= 0:
+                break
+            start = state.n_cached
+            end = start + n
+            chunks.append(
+                BatchChunk(state.slot.seq_id, state.tokens[start:end], start, end == len(state.tokens))
+            )
+            budget -= n
+            used += n
+            free -= n
+        return chunks
+
+    # ---- update_from_output() ------------------------------------------------------------------
+
+    def _on_success(
+        self, out: SchedulerOutput, result: RunnerOutput, now: float, events: list[TokenEvent]
+    ) -> None:
+        for chunk in out.chunks:
+            state = self._owner[chunk.seq_id]
+            if state is None or state.slot is None:
+                continue
+            state.slot.append(chunk.tokens, self._pool.new_origin())
+            if not state.prefilled:
+                state.timings.prompt_n += len(chunk.tokens)
+            if not chunk.sample:
+                continue
+            state.prefilled = True
+            token = result.sampled.get(chunk.seq_id)
+            if token is None:
+                error = f"the runner sampled no token for sequence {chunk.seq_id}"
+                events.append(self._finish(state, FinishReason.ERROR, now, error=error, flush=True))
+            else:
+                events.append(self._on_token(state, token, now))
+
+    def _on_token(self, state: RequestState, token: SampledToken, now: float) -> TokenEvent:
+        """Records one sampled token; finishes on EOG, a stop string, max_tokens or context end."""
+        state.tokens.append(token.token)
+        state.on_token(now)
+        if token.is_eog and not state.req.sampling.ignore_eos:
+            # The EOG token renders as nothing and is not part of the answer: not in token_ids.
+            return self._finish(state, FinishReason.STOP, now, flush=True)
+        text, stopped = state.text.feed(token.piece)
+        ids = [token.token]
+        if stopped:
+            event = self._finish(state, FinishReason.STOP, now, ids, text)
+        elif state.n_generated >= state.req.max_tokens or len(state.tokens) >= self.config.n_ctx_seq:
+            event = self._finish(state, FinishReason.LENGTH, now, ids, text, flush=True)
+        else:
+            event = TokenEvent(state.request_id, ids, text)
+        if token.logprob is not None:
+            event.logprobs = [token.logprob]
+        return event
+
+    def _on_no_kv_slot(self, out: SchedulerOutput, now: float, events: list[TokenEvent]) -> None:
+        """llama.cpp found no room for the batch and decoded nothing: make room, retry next step."""
+        # The batch fitted our limit but not the real cache: plan with less from now on.
+        self._kv_limit = max(1, min(self._kv_limit, self._pool.cells_used() + out.num_tokens - 1))
+        for chunk in out.chunks:
+            # Nothing was decoded; dropping anything past what we know guards against a partial write.
+            self._ops.append(SeqRemove(chunk.seq_id, len(self._pool.slots[chunk.seq_id].cached), -1))
+        evicted = False
+        while (ops := self._pool.evict_lru()) is not None:
+            self._ops += ops
+            evicted = True
+        if evicted or not self._running:
+            return
+        if len(self._running) > 1:
+            self._preempt(self._running[-1])
+            return
+        # Alone and still no room: the real cache is smaller than n_ctx says. Retrying would loop.
+        error = f"no KV cells for this request even alone: is n_ctx={self.config.n_ctx} right?"
+        state = self._running[0]
+        events.append(self._finish(state, FinishReason.ERROR, now, error=error, flush=True, clear_kv=True))
+
+    def _on_failure(
+        self, out: SchedulerOutput, result: RunnerOutput, now: float, events: list[TokenEvent]
+    ) -> None:
+        """A fatal step: fail the requests that had a chunk in it, keep serving the others."""
+        error = result.error or f"llama_decode failed with status {result.decode_status}"
+        for chunk in out.chunks:
+            state = self._owner[chunk.seq_id]
+            if state is not None:
+                events.append(
+                    self._finish(state, FinishReason.ERROR, now, error=error, flush=True, clear_kv=True)
+                )
+        for setup in out.sampler_setups:
+            # The runner may have failed before building this chain: ask for it again.
+            if self._owner[setup.seq_id] is not None:
+                self._setups[setup.seq_id] = setup
+
+    # ---- leaving a slot ----------------------------------------------------------------------
+
+    def _finish(
+        self,
+        state: RequestState,
+        reason: FinishReason,
+        now: float,
+        token_ids: list[int] | None = None,
+        text: str = "",
+        *,
+        error: str | None = None,
+        flush: bool = False,
+        clear_kv: bool = False,
+    ) -> TokenEvent:
+        """Ends a request wherever it is; its KV stays as prefix cache unless `clear_kv`."""
+        if flush:
+            text += state.text.finish()
+        if state.slot is not None:
+            if clear_kv:
+                self._ops += self._pool.clear(state.slot)
+            self._release(state)
+            self._running.remove(state)
+        else:
+            self._waiting.remove(state)
+        del self._live[state.request_id]
+        return state.final_event(reason, now, token_ids or [], text, error)
+
+    def _preempt(self, state: RequestState) -> None:
+        """Frees the request's slot and KV; it goes back to the front of the queue to recompute."""
+        if state.slot is not None:
+            self._ops += self._pool.clear(state.slot)
+            self._release(state)
+        self._running.remove(state)
+        state.prefilled = False
+        self._waiting.appendleft(state)
+
+    def _release(self, state: RequestState) -> None:
+        slot = state.slot
+        if slot is None:
+            return
+        self._pool.release(slot)
+        self._owner[slot.seq_id] = None
+        self._setups.pop(slot.seq_id, None)  # a chain asked for in this same step is not needed
+        self._frees.add(slot.seq_id)
+        state.slot = None

@@ -1,0 +1,25 @@
+"""Shared fixtures: synthetic models written once per test session (no downloads anywhere)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _outpost_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Keep every test's OUTPOST_HOME out of the user's cache, shared across the session."""
+    home = tmp_path_factory.mktemp("outpost-home")
+    os.environ["OUTPOST_HOME"] = str(home)
+    return home
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The `tiny` synthetic model at f16: a few MB, peaked logits, real tokenizer and chat template."""
+    from outpost.models import write_synthetic_model
+
+    path = tmp_path_factory.mktemp("models") / "tiny-f16.gguf"
+    return write_synthetic_model("tiny", path, quant="f16", seed=0)

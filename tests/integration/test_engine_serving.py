@@ -1,0 +1,109 @@
+"""The whole engine (scheduler + engine thread + real llama.cpp) serving many requests on the tiny model."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from outpost.engine.config import EngineConfig
+from outpost.messages import FinishReason, GenerateRequest, SamplingParams, TokenEvent
+from outpost.runtime import Engine
+
+GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model: Path):
+    eng = Engine(EngineConfig(model_path=str(tiny_model), n_ctx=4096, n_seq_max=4, n_batch=256), max_queue=32)
+    yield eng
+    eng.close()
+
+
+def _chat(engine: Engine, text: str, system: str = "You are a helpful assistant") -> list[int]:
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
+    return engine.tokenize_prompt(engine.render_chat(messages))
+
+
+def _run(engine: Engine, request: GenerateRequest) -> tuple[list[int], str, TokenEvent]:
+    tokens: list[int] = []
+    text: list[str] = []
+    last = None
+    for event in engine.client.generate_sync(request):
+        tokens += event.token_ids
+        text.append(event.text)
+        last = event
+    assert last is not None and last.finished
+    return tokens, "".join(text), last
+
+
+def test_generation_is_streamed_and_timed(engine: Engine) -> None:
+    tokens, text, last = _run(
+        engine, GenerateRequest(_chat(engine, "Hello there"), max_tokens=20, sampling=GREEDY)
+    )
+    assert len(tokens) == 20 and last.finish_reason is FinishReason.LENGTH
+    assert text.strip(), "random weights still render visible text"
+    t = last.timings
+    assert t is not None and t.predicted_n == 20 and t.prompt_n > 0 and t.prompt_ms > 0 and t.predicted_ms > 0
+
+
+def test_prefix_cache_reuses_tokens_and_gives_the_same_answer(engine: Engine, tiny_model: Path) -> None:
+    system = "You are a meticulous archivist. " * 12
+    first = _chat(engine, "Catalogue the copper lantern.", system)
+    second = _chat(engine, "Describe the orchard at dusk.", system)
+    _run(engine, GenerateRequest(first, max_tokens=4, sampling=GREEDY))
+    warm_tokens, _, warm = _run(engine, GenerateRequest(second, max_tokens=12, sampling=GREEDY))
+    assert warm.timings is not None
+    assert warm.timings.cache_n >= 100, "the shared system prompt came from the cache"
+    assert warm.timings.prompt_n == len(second) - warm.timings.cache_n, "only the new tokens were evaluated"
+    cold_config = EngineConfig(model_path=str(tiny_model), n_ctx=4096, n_seq_max=4, n_batch=256)
+    with Engine(cold_config, prefix_cache=False) as cold_engine:
+        cold_tokens, _, cold = _run(cold_engine, GenerateRequest(second, max_tokens=12, sampling=GREEDY))
+    assert cold.timings is not None and cold.timings.cache_n == 0 and cold.timings.prompt_n == len(second)
+    assert warm_tokens[:4] == cold_tokens[:4]
+
+
+def test_same_seed_same_output(engine: Engine) -> None:
+    prompt = _chat(engine, "Tell me a story about a river.")
+    sampling = SamplingParams(temperature=1.0, seed=1234, ignore_eos=True)
+    a, _, _ = _run(engine, GenerateRequest(prompt, max_tokens=24, sampling=sampling))
+    b, _, _ = _run(engine, GenerateRequest(prompt, max_tokens=24, sampling=sampling))
+    c, _, _ = _run(engine, GenerateRequest(prompt, max_tokens=24, sampling=SamplingParams(1.0, seed=99)))
+    assert a == b
+    assert a != c
+
+
+def test_sixteen_concurrent_requests_finish_with_the_right_lengths(engine: Engine) -> None:
+    async def one(i: int) -> tuple[int, int, FinishReason | None]:
+        req = GenerateRequest(_chat(engine, f"Request number {i}: list {i} colours."), max_tokens=8 + i)
+        req.sampling = SamplingParams(temperature=0.7, seed=i, ignore_eos=True)
+        n = 0
+        reason = None
+        async for event in engine.client.generate(req):
+            n += len(event.token_ids)
+            reason = event.finish_reason
+        return i, n, reason
+
+    async def all_of_them() -> list[tuple[int, int, FinishReason | None]]:
+        return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(16))), timeout=120)
+
+    for i, n, reason in asyncio.run(all_of_them()):
+        assert (n, reason) == (8 + i, FinishReason.LENGTH)
+
+
+def test_abort_frees_the_slot(engine: Engine) -> None:
+    long_request = GenerateRequest(_chat(engine, "Write forever."), max_tokens=2000, sampling=GREEDY)
+    stream = engine.client.generate_sync(long_request)
+    next(stream)
+    assert engine.core.scheduler.slots_busy == 1
+    stream.close()  # the caller goes away
+    deadline = time.monotonic() + 10
+    while engine.core.scheduler.slots_busy and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.core.scheduler.slots_busy == 0
+    tokens, _, last = _run(
+        engine, GenerateRequest(_chat(engine, "Still there?"), max_tokens=5, sampling=GREEDY)
+    )
+    assert len(tokens) == 5 and last.finish_reason is FinishReason.LENGTH

@@ -1,0 +1,217 @@
+"""A model-free runner for scheduler tests: a simulated unified KV cache and scripted sampling.
+
+The KV store behaves like llama.cpp's unified cache: cells hold (position, token, set of seq ids);
+`seq_rm` takes a seq id off cells (freeing cells nobody holds), `seq_cp` adds one (sharing, no new
+cells). Decoding checks that every chunk starts exactly at its sequence's current length, counts
+evaluated tokens, and returns status 1 (changing nothing) when the cells would exceed `capacity`.
+
+Sampling is deterministic: the next token is a function of the sequence's whole history (the
+tokens in its KV), so recomputation after a preemption or a prefix copy gives the same text.
+`script(prompt, outputs)` pins the continuation of one prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from outpost.scheduler.output import (
+    RunnerOutput,
+    SampledToken,
+    SamplerSetup,
+    SchedulerOutput,
+    SeqCopy,
+    SeqRemove,
+)
+
+EOG = 0
+SPACE = 27
+# A tiny vocabulary: letters, and characters whose UTF-8 bytes are split over two tokens.
+VOCAB: dict[int, bytes] = {EOG: b"", SPACE: b" "}
+VOCAB.update({i: bytes([ord("a") + i - 1]) for i in range(1, 27)})
+VOCAB.update(
+    {
+        30: b"\xc3",  # é = c3 a9
+        31: b"\xa9",
+        32: b"\xe2",  # € = e2 82 ac
+        33: b"\x82\xac",
+        34: b"\xf0\x9f",  # 😀 = f0 9f 98 80
+        35: b"\x98\x80",
+        36: b"\xff",  # never valid UTF-8
+        40: b"S",
+        41: b"T",
+        42: b"O",
+        43: b"P",
+        44: b"ST",
+        45: b"OP",
+        46: b"!",
+    }
+)
+
+
+def piece(token: int) -> bytes:
+    return VOCAB.get(token, b"<%d>" % token)
+
+
+def default_next(history: Sequence[int]) -> int:
+    """The unscripted continuation: a letter that depends on the last token and the length."""
+    return 1 + (history[-1] * 31 + len(history) * 7) % 26
+
+
+def reference_tokens(prompt: Sequence[int], n: int) -> list[int]:
+    """What `default_next` generates for `prompt`, without any scheduler."""
+    history = list(prompt)
+    for _ in range(n):
+        history.append(default_next(history))
+    return history[len(prompt) :]
+
+
+def text_of(tokens: Sequence[int]) -> str:
+    return b"".join(piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+
+@dataclass
+class Cell:
+    pos: int
+    token: int
+    seqs: set[int]
+
+
+@dataclass
+class FakeKV:
+    """llama.cpp's unified KV cache, semantically."""
+
+    cells: dict[int, Cell] = field(default_factory=dict)
+    by_seq: dict[int, dict[int, int]] = field(default_factory=dict)  # seq -> pos -> cell id
+    next_id: int = 0
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        lo, hi = max(p0, 0), p1 if p1 >= 0 else 1 << 60
+        held = self.by_seq.setdefault(seq, {})
+        for pos in [p for p in held if lo <= p < hi]:
+            cid = held.pop(pos)
+            self.cells[cid].seqs.discard(seq)
+            if not self.cells[cid].seqs:
+                del self.cells[cid]
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        lo, hi = max(p0, 0), p1 if p1 >= 0 else 1 << 60
+        dst_held = self.by_seq.setdefault(dst, {})
+        for pos, cid in self.by_seq.get(src, {}).items():
+            if lo <= pos < hi:
+                assert pos not in dst_held, f"seq {dst} already has a cell at {pos}"
+                dst_held[pos] = cid
+                self.cells[cid].seqs.add(dst)
+
+    def tokens(self, seq: int) -> list[int]:
+        held = self.by_seq.get(seq, {})
+        assert sorted(held) == list(range(len(held))), f"seq {seq} has holes: {sorted(held)}"
+        return [self.cells[held[p]].token for p in range(len(held))]
+
+    def add(self, seq: int, pos: int, token: int) -> None:
+        self.next_id += 1
+        self.cells[self.next_id] = Cell(pos, token, {seq})
+        self.by_seq.setdefault(seq, {})[pos] = self.next_id
+
+    @property
+    def used(self) -> int:
+        return len(self.cells)
+
+
+class FakeRunner:
+    """Carries out SchedulerOutputs on FakeKV; see the module docstring."""
+
+    def __init__(self, capacity: int | None = None, n_batch: int | None = None) -> None:
+        self.kv = FakeKV()
+        self.capacity = capacity
+        self.n_batch = n_batch
+        self.samplers: dict[int, SamplerSetup] = {}
+        self.generating: set[int] = set()  # seqs that sampled since their chain was built
+        self.evaluated = 0  # tokens decoded successfully
+        self.steps: list[SchedulerOutput] = []
+        self.statuses: list[int] = []  # one per step, beside `steps`
+        self.fail_next: int | None = None  # a status the next decode returns
+        self.fail_partial = False  # write the batch's cells before failing (a fatal decode may)
+        self.drop_sample_for: int | None = None  # "forget" to sample this seq once
+        self._scripts: dict[tuple[int, ...], int] = {}
+
+    def script(self, prompt: Sequence[int], outputs: Sequence[int]) -> None:
+        """After `prompt` + outputs[:i], sample outputs[i]."""
+        history = list(prompt)
+        for token in outputs:
+            self._scripts[tuple(history)] = token
+            history.append(token)
+
+    def next_token(self, history: list[int]) -> int:
+        return self._scripts.get(tuple(history), default_next(history))
+
+    def execute(self, out: SchedulerOutput) -> RunnerOutput:
+        self.prepare(out)
+        return self.decode(out)
+
+    def prepare(self, out: SchedulerOutput) -> None:
+        """Memory ops, then sampler frees and setups, as the real runner orders them."""
+        self.steps.append(out)
+        for op in out.memory_ops:
+            if isinstance(op, SeqRemove):
+                self.kv.seq_rm(op.seq_id, op.p0, op.p1)
+            elif isinstance(op, SeqCopy):
+                self.kv.seq_cp(op.src, op.dst, op.p0, op.p1)
+        assert not set(out.sampler_frees) & {s.seq_id for s in out.sampler_setups}
+        for seq in out.sampler_frees:
+            self.samplers.pop(seq, None)
+            self.generating.discard(seq)
+        for setup in out.sampler_setups:
+            self.samplers[setup.seq_id] = setup
+            self.generating.discard(setup.seq_id)
+
+    def decode(self, out: SchedulerOutput) -> RunnerOutput:
+        if not out.chunks:
+            self.statuses.append(0)
+            return RunnerOutput()
+        self._check_batch(out)
+        status = self._status(out)
+        self.statuses.append(status)
+        if status != 0:
+            return RunnerOutput(decode_status=status, error=None if status == 1 else f"boom {status}")
+        for chunk in out.chunks:
+            for i, token in enumerate(chunk.tokens):
+                self.kv.add(chunk.seq_id, chunk.start_pos + i, token)
+        self.evaluated += out.num_tokens
+        return RunnerOutput(sampled=self._sample(out))
+
+    def _check_batch(self, out: SchedulerOutput) -> None:
+        seqs = [c.seq_id for c in out.chunks]
+        assert len(seqs) == len(set(seqs)), f"a sequence twice in one batch: {seqs}"
+        if self.n_batch is not None:
+            assert out.num_tokens <= self.n_batch, f"{out.num_tokens} tokens > n_batch {self.n_batch}"
+        for chunk in out.chunks:
+            assert chunk.tokens, "empty chunk"
+            have = len(self.kv.tokens(chunk.seq_id))
+            assert chunk.start_pos == have, f"seq {chunk.seq_id}: chunk at {chunk.start_pos}, KV has {have}"
+            if chunk.sample:
+                assert chunk.seq_id in self.samplers, f"seq {chunk.seq_id} samples without a chain"
+
+    def _status(self, out: SchedulerOutput) -> int:
+        if self.fail_next is not None:
+            status, self.fail_next = self.fail_next, None
+            if self.fail_partial:
+                for chunk in out.chunks:
+                    self.kv.add(chunk.seq_id, chunk.start_pos, chunk.tokens[0])
+            return status
+        if self.capacity is not None and self.kv.used + out.num_tokens > self.capacity:
+            return 1
+        return 0
+
+    def _sample(self, out: SchedulerOutput) -> dict[int, SampledToken]:
+        sampled: dict[int, SampledToken] = {}
+        for chunk in out.chunks:
+            if not chunk.sample:
+                continue
+            if chunk.seq_id == self.drop_sample_for:
+                self.drop_sample_for = None
+                continue
+            token = self.next_token(self.kv.tokens(chunk.seq_id))
+            sampled[chunk.seq_id] = SampledToken(token, piece(token), token == EOG)
+            self.generating.add(chunk.seq_id)
+        return sampled
