@@ -12,13 +12,20 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
 from outpost.run import PRESETS, UsageError
 
 _log = logging.getLogger("outpost")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports bad usage on one line (exit 2) instead of a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"outpost: error: {message} (see: {self.prog} --help)\n")
 
 
 def _add_run_parser(sub: Any) -> None:
@@ -46,7 +53,7 @@ def _add_run_parser(sub: Any) -> None:
 
 def _add_models_parser(sub: Any) -> None:
     p = sub.add_parser("models", help="model files: synthetic models for tests and benchmarks")
-    msub = p.add_subparsers(dest="models_cmd", required=True)
+    msub = p.add_subparsers(dest="models_cmd", required=True, parser_class=OneLineParser)
     s = msub.add_parser("synth", help="write a random-weight GGUF in a real architecture's shape")
     s.add_argument(
         "--shape", required=True, help="tiny, smollm2-135m, smollm2-360m, smollm2-1.7b, qwen2.5-0.5b"
@@ -62,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="outpost", description="Run small language models on your own hardware."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log llama.cpp and engine details")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     _add_run_parser(sub)
     _add_models_parser(sub)
     return parser

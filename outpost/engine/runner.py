@@ -14,6 +14,7 @@ from outpost.engine.model import LoadedModel
 from outpost.engine.sampling import SamplerChain
 from outpost.messages import TokenLogprob
 from outpost.scheduler.output import (
+    BatchChunk,
     RunnerOutput,
     SampledToken,
     SamplerSetup,
@@ -31,6 +32,13 @@ class ModelRunner:
         self.batch = TokenBatch(model.n_batch)
         self.samplers: dict[int, SamplerChain] = {}
         self._n_probs: dict[int, int] = {}  # seq_id -> top logprobs wanted (absent: none)
+
+    def warmup(self) -> None:
+        """One throwaway decode, as llama.cpp's tools do: the first real request should not pay
+        for graph allocation and first-touch of the weights."""
+        self.batch.fill([BatchChunk(0, [max(self.model.vocab.bos, 0)], 0, True)])
+        llama.llama_decode(self.model.ctx, self.batch.struct)
+        llama.llama_memory_clear(self.model.memory, True)
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
         self._apply_memory_ops(out)

@@ -73,12 +73,16 @@ def test_summarize_preset_reads_a_file(tiny_model: Path, tmp_path: Path) -> None
 def test_bad_input_exits_2_with_one_line(tiny_model: Path, tmp_path: Path) -> None:
     not_gguf = tmp_path / "notes.txt"
     not_gguf.write_text("hello")
+    refusing_template = tmp_path / "refuse.jinja"
+    refusing_template.write_text("{{ raise_exception('this template says no') }}")
     cases = [
         (["run", "-m", str(tmp_path / "missing.gguf"), "-p", "hi"], "not found"),
         (["run", "-m", str(not_gguf), "-p", "hi"], "not a GGUF"),
         (["run", "-m", str(tiny_model), "-c", "64", "-p", "word " * 600, "--single-turn"], "context"),
         (["run", "-m", str(tiny_model), "-n", "0", "-p", "hi"], "n-predict"),
         (["run", "-m", str(tiny_model), "-f", str(tmp_path / "nope.txt")], "cannot read"),
+        (["run", "-m", str(tiny_model), "--chat-template", str(refusing_template), "-p", "hi"], "says no"),
+        (["run", "-m", str(tiny_model), "--temp", "hot", "-p", "hi"], "invalid float"),
         (["models", "synth", "--shape", "gpt-9", "-o", str(tmp_path / "x.gguf")], "unknown shape"),
     ]
     for args, needle in cases:
