@@ -16,6 +16,15 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def cpu_has_amx() -> bool:
+    """True on Intel CPUs with AMX tiles (Sapphire Rapids and later)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return " amx_int8" in f.read()
+    except OSError:
+        return False
+
+
 class EngineConfig(BaseModel):
     """Load and context parameters; field names follow llama.cpp's."""
 
@@ -36,9 +45,20 @@ class EngineConfig(BaseModel):
     tensor_split: tuple[float, ...] = ()
     flash_attn: Literal["auto", "on", "off"] = "auto"
     kv_cache_type: Literal["f16", "q8_0"] = "f16"
+    repack: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="llama.cpp's extra CPU weight layouts (repacked q4_0 on ARM, AMX on Intel); "
+        "auto = on unless the CPU has AMX, whose path crashes batched decode of quantized models",
+    )
     use_mmap: bool = True
     use_mlock: bool = False
     chat_template: str | None = Field(None, description="jinja template overriding the GGUF's own")
+
+    @property
+    def use_extra_bufts(self) -> bool:
+        # llama.cpp issue #20824: its AMX matmul segfaults on multi-token batches of quantized
+        # weights; the plain CPU kernels are the safe choice there.
+        return self.repack == "on" or (self.repack == "auto" and not cpu_has_amx())
 
     @field_validator("model_path")
     @classmethod

@@ -22,12 +22,16 @@ from outpost.scheduler.output import BatchChunk
 class Embedder:
     """Thread-safe: calls are serialised on an internal lock (one llama context)."""
 
-    def __init__(self, model_path: str, n_threads: int | None = None, n_ctx: int = 2048, n_seq: int = 8) -> None:
+    def __init__(
+        self, model_path: str, n_threads: int | None = None, n_ctx: int = 2048, n_seq: int = 8
+    ) -> None:
         ensure_backend()
         cfg = EngineConfig(model_path=model_path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_seq_max=n_seq)
         self._lock = threading.Lock()
         self._ctx: Any = None
-        self._model: Any = llama.llama_model_load_from_file(model_path.encode(), llama.llama_model_default_params())
+        model_params = llama.llama_model_default_params()
+        model_params.use_extra_bufts = cfg.use_extra_bufts
+        self._model: Any = llama.llama_model_load_from_file(model_path.encode(), model_params)
         if not self._model:
             raise ModelLoadError(f"could not load embedding model {model_path}: {recent_problems()}")
         try:
@@ -58,7 +62,9 @@ class Embedder:
         tokenized = [self.vocab.tokenize(t, add_special=True, parse_special=False) or [0] for t in texts]
         for i, tokens in enumerate(tokenized):
             if len(tokens) > self.n_ctx:
-                raise ValueError(f"input {i} has {len(tokens)} tokens; the embedding context holds {self.n_ctx}")
+                raise ValueError(
+                    f"input {i} has {len(tokens)} tokens; the embedding context holds {self.n_ctx}"
+                )
         vectors: list[list[float]] = []
         with self._lock:
             for group in _groups(tokenized, self.n_seq, self.n_ctx):

@@ -72,6 +72,7 @@ class LoadedModel:
         params.n_gpu_layers = 2**31 - 1 if cfg.n_gpu_layers < 0 else cfg.n_gpu_layers
         params.split_mode = _SPLIT_MODES[cfg.split_mode]
         params.main_gpu = cfg.main_gpu
+        params.use_extra_bufts = cfg.use_extra_bufts
         if cfg.use_mlock:
             params.load_mode = (
                 llama.LLAMA_LOAD_MODE_MMAP_MLOCK if cfg.use_mmap else llama.LLAMA_LOAD_MODE_MLOCK

@@ -119,7 +119,7 @@ def build_corpus(out: Path) -> int:
     docs: list[dict[str, str]] = [
         {
             "source": f"debian common-licenses/{name}",
-            "license": f"verbatim copy of {name}",
+            "license": "the license text itself, verbatim (its terms allow verbatim copies)",
             "text": (LICENSE_DIR / name).read_text(encoding="utf-8"),
         }
         for name in LICENSE_FILES

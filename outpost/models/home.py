@@ -13,8 +13,8 @@ from pathlib import Path
 from outpost.models.synth import ProgressFn, write_synthetic_model
 
 DEMO_SHAPE = "tiny"
-# f16, not q8_0: 11 MB either way is nothing, generation needs no quantizer, batched and one-by-one
-# decoding agree to ~0.3 logits (q8_0: up to ~3), and llama.cpp's AMX path, which crashes on batched
+# f16, not q8_0: 15 MB vs 8 MB hardly matters, generation needs no quantizer, batched and one-by-one
+# decoding agree to ~0.05 logits (q8_0: ~1.2), and llama.cpp's AMX path, which crashes on batched
 # q8_0/q4_0 matmuls on some Xeons (llama.cpp issue #20824), is never taken for f16 weights.
 DEMO_QUANT = "f16"
 DEMO_SEED = 0

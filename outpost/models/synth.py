@@ -10,6 +10,7 @@ multi-GB models. Quantized outputs go through llama.cpp's own quantizer (outpost
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,10 @@ ProgressFn = Callable[[int, int, str], None]
 """progress(done_steps, total_steps, label): one step per tensor written (and per tensor quantized)."""
 
 QUANTS = ("f16", "q8_0", "q4_0", "q4_K_M")
-# Embedding rows of control tokens and invisible bytes are shrunk so their logits sit near zero,
-# far below the top of a peaked distribution: random models then never emit EOS or unprintable
-# bytes (generation ends on max_tokens or stop strings), while inputs still work because RMSNorm
-# rescales the shrunken rows.
+# Output-matrix rows (token_embd when tied) of control tokens and invisible bytes are shrunk so their
+# logits sit near zero, far below the top of a peaked distribution: random models then never emit EOS
+# or unprintable bytes (generation ends on max_tokens or stop strings). With tied embeddings inputs
+# still work, because RMSNorm rescales the shrunken rows.
 HIDDEN_ROW_SCALE = 0.01
 NORM_NOISE_STD = 0.02
 _CHUNK_ELEMS = 1 << 22  # rows are generated ~16 MB (f32) at a time
@@ -162,12 +163,17 @@ def write_f16_gguf(
         writer.close()
 
 
+def _temp_path(out_path: Path, tag: str) -> Path:
+    """A hidden, unique name next to `out_path`: same filesystem, so the final rename is atomic."""
+    return out_path.with_name(f".{out_path.name}.{tag}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
 def write_vocab_only_gguf(shape: str, out_path: Path) -> Path:
     """Write just the metadata and tokenizer of a shape (no tensors): enough for llama.cpp's
     vocab_only loading, i.e. tokenizer and chat-template tests, in a fraction of a second."""
     model = get_shape(shape)
     out_path = Path(out_path)
-    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
+    tmp = _temp_path(out_path, "vocab")
     try:
         write_f16_gguf(model, tmp, 0, build_vocab(model.n_vocab), with_tensors=False)
         os.replace(tmp, out_path)
@@ -198,6 +204,7 @@ def write_synthetic_model(
     runs llama.cpp's quantizer on it. The output appears only when complete (atomic rename).
     """
     model = get_shape(shape)
+    quant = {q.lower(): q for q in QUANTS}.get(quant.lower(), quant)
     if quant not in QUANTS:
         raise ValueError(f"unknown quant {quant!r}; choose one of: {', '.join(QUANTS)}")
     if not 0 <= seed < 2**32:
@@ -208,15 +215,12 @@ def write_synthetic_model(
     n_tensors = len(tensor_specs(model))
     # One progress step per tensor written, and (quantized outputs) one per tensor quantized.
     n_steps = n_tensors * (1 if quant == "f16" else 2)
-    tmp_f16 = out_path.with_name(f".{out_path.name}.f16.{os.getpid()}.tmp")
-    tmp_out = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
+    tmp_f16, tmp_out = _temp_path(out_path, "f16"), _temp_path(out_path, quant)
     try:
         write_f16_gguf(model, tmp_f16, seed, vocab, progress, n_steps)
-        if quant == "f16":
-            os.replace(tmp_f16, tmp_out)
-        else:
+        if quant != "f16":
             _quantize(tmp_f16, tmp_out, quant, progress, n_tensors)
-        os.replace(tmp_out, out_path)
+        os.replace(tmp_f16 if quant == "f16" else tmp_out, out_path)
     finally:
         tmp_f16.unlink(missing_ok=True)
         tmp_out.unlink(missing_ok=True)

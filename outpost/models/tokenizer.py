@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 from gguf import GGUFWriter, TokenType
-
-from outpost.models.corpus import load_corpus
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)  # ids 0, 1, 2, as in SmolLM2
@@ -119,6 +116,8 @@ def train_bpe(vocab_size: int) -> tuple[list[str], list[str]]:
     """Train byte-level BPE on the corpus; return (tokens in id order, merges as "left right")."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers  # heavy import, used once
 
+    from outpost.models.corpus import load_corpus
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -142,7 +141,7 @@ def train_bpe(vocab_size: int) -> tuple[list[str], list[str]]:
 
 
 def _drop_invisible_merges(tokens: list[str], merges: list[str]) -> tuple[list[str], list[str]]:
-    """Remove learned multi-byte tokens that do not render (runs of spaces or newlines) and their merges.
+    """Remove learned multi-character tokens that do not render (runs of spaces or newlines) and their merges.
 
     The pre-tokenizer keeps whitespace runs apart from words, so such tokens only ever merge with
     each other and removing them never orphans a visible token's merge chain; checked below.
@@ -205,8 +204,3 @@ def add_tokenizer_metadata(writer: GGUFWriter, vocab: Vocab) -> None:
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
-
-
-def count_words(texts: Iterable[str]) -> int:
-    """Whitespace-separated words, the denominator of tokens-per-word."""
-    return sum(len(t.split()) for t in texts)

@@ -107,3 +107,21 @@ def test_abort_frees_the_slot(engine: Engine) -> None:
         engine, GenerateRequest(_chat(engine, "Still there?"), max_tokens=5, sampling=GREEDY)
     )
     assert len(tokens) == 5 and last.finish_reason is FinishReason.LENGTH
+
+
+def test_quantized_model_serves_batches(tiny_model: Path, tmp_path: Path) -> None:
+    """q8_0 weights through multi-token prefill and parallel decode (on AMX CPUs this needs repack off)."""
+    from outpost.models import write_synthetic_model
+
+    q8 = write_synthetic_model("tiny", tmp_path / "tiny-q8_0.gguf", quant="q8_0")
+    with Engine(EngineConfig(model_path=str(q8), n_ctx=2048, n_seq_max=4, n_batch=256)) as eng:
+
+        async def all_four() -> list[int]:
+            async def one(i: int) -> int:
+                req = GenerateRequest(_chat(eng, f"Quantized request {i} about rivers"), max_tokens=12)
+                req.sampling = SamplingParams(temperature=0.5, seed=i, ignore_eos=True)
+                return sum([len(e.token_ids) async for e in eng.client.generate(req)])
+
+            return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(4))), timeout=60)
+
+        assert asyncio.run(all_four()) == [12, 12, 12, 12]

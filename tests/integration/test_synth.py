@@ -141,7 +141,9 @@ def test_quantized_tiny_loads(quantized: dict[str, Path], tiny_model: Path, quan
     assert not list(path.parent.glob(".*.tmp"))
 
 
-def test_same_seed_gives_identical_bytes_across_processes(tiny_model: Path, tmp_path: Path) -> None:
+def test_same_seed_gives_identical_bytes_across_processes(
+    tiny_model: Path, quantized: dict[str, Path], tmp_path: Path
+) -> None:
     again = tmp_path / "again.gguf"
     code = (
         "import sys; from pathlib import Path; from outpost.models import write_synthetic_model; "
@@ -149,6 +151,8 @@ def test_same_seed_gives_identical_bytes_across_processes(tiny_model: Path, tmp_
     )
     subprocess.run([sys.executable, "-c", code, str(again)], check=True, timeout=120)
     assert _sha256(again) == _sha256(tiny_model)
+    q8 = write_synthetic_model("tiny", tmp_path / "q8.gguf", quant="Q8_0")  # llama.cpp's quantizer too
+    assert _sha256(q8) == _sha256(quantized["q8_0"])
     other = write_synthetic_model("tiny", tmp_path / "seed1.gguf", seed=1)
     assert _sha256(other) != _sha256(tiny_model)
 
@@ -176,7 +180,9 @@ def test_bad_arguments_are_rejected(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
-def test_demo_model_is_generated_once_under_outpost_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_demo_model_is_generated_once_under_outpost_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("OUTPOST_HOME", str(tmp_path / "home"))
     path = ensure_demo_model()
     assert path == demo_model_path() and path.is_relative_to(tmp_path / "home")
