@@ -122,26 +122,11 @@ def llama_cpp_python_decode(llm: Any, prompt: list[int], n: int) -> float:
     return (n - 1) / elapsed
 
 
-def llama_bench_decode(binary: str, model: Path, threads: int, depth: int, n: int, fa: str) -> float | None:
-    cmd = [
-        binary,
-        "-m",
-        str(model),
-        "-t",
-        str(threads),
-        "-p",
-        "0",
-        "-n",
-        str(n),
-        "-d",
-        str(depth),
-        "-fa",
-        fa,
-        "-r",
-        "3",
-        "-o",
-        "json",
-    ]
+def llama_bench_decode(
+    binary: str, model: Path, threads: int, depth: int, n: int, fa: str, repack: bool
+) -> float | None:
+    cmd = [binary, "-m", str(model), "-t", str(threads), "-p", "0", "-n", str(n), "-d", str(depth)]
+    cmd += ["-fa", fa, "--repack", str(int(repack)), "-r", "3", "-o", "json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         log(f"llama-bench failed: {proc.stderr.strip()[-300:]}")
@@ -149,11 +134,73 @@ def llama_bench_decode(binary: str, model: Path, threads: int, depth: int, n: in
     return float(json.loads(proc.stdout)[0]["avg_ts"])
 
 
-def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str, Any]:
-    from llama_cpp import Llama  # the baseline; Outpost itself never goes through it
+def _same_weight_layout_for_llama_cpp_python(use_extra_bufts: bool) -> None:
+    """`Llama` has no repack switch; set it through the defaults it reads, so all three engines run
+    the same kernels (and on AMX CPUs the baseline does not hit llama.cpp's AMX crash)."""
+    import llama_cpp.llama_cpp as bindings  # the module `Llama` itself reads
 
+    original = bindings.llama_model_default_params
+
+    def patched() -> Any:
+        params = original()
+        params.use_extra_bufts = use_extra_bufts
+        return params
+
+    bindings.llama_model_default_params = patched
+
+
+class LlamaCppPythonWorker:
+    """llama-cpp-python's `Llama` in a process of its own: two threads driving llama.cpp's OpenMP
+    kernels in one process throttle each other's spin-waits and would slow both engines down."""
+
+    def __init__(self, model: Path, args: argparse.Namespace, use_extra_bufts: bool) -> None:
+        cmd = [
+            sys.executable,
+            __file__,
+            "--baseline-worker",
+            str(model),
+            "--threads",
+            str(args.threads),
+            "--flash-attn",
+            args.flash_attn,
+            "--repack",
+            str(int(use_extra_bufts)),
+        ]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def decode(self, prompt: list[int], n: int) -> float:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"prompt": prompt, "n": n}) + "\n")
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def baseline_worker(args: argparse.Namespace) -> None:
+    """The child side of LlamaCppPythonWorker: one measurement per JSON line on stdin."""
+    from llama_cpp import Llama
+
+    _same_weight_layout_for_llama_cpp_python(bool(args.repack))
+    llm = Llama(
+        args.baseline_worker,
+        n_ctx=4096,
+        n_batch=512,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        flash_attn=args.flash_attn == "on",
+        verbose=False,
+    )
+    for line in sys.stdin:
+        job = json.loads(line)
+        print(llama_cpp_python_decode(llm, job["prompt"], job["n"]), flush=True)
+
+
+def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str, Any]:
     model = bench_model(shape, args.quant)
-    fa_on = args.flash_attn == "on"
     config = EngineConfig(
         model_path=str(model),
         n_ctx=4096,
@@ -162,34 +209,28 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
         n_threads=args.threads,
         flash_attn=args.flash_attn,
     )
-    llm = Llama(
-        str(model),
-        n_ctx=4096,
-        n_batch=512,
-        n_threads=args.threads,
-        n_threads_batch=args.threads,
-        flash_attn=fa_on,
-        verbose=False,
-    )
+    baseline_proc = LlamaCppPythonWorker(model, args, config.use_extra_bufts)
     ours: list[float] = []
     theirs: list[float] = []
     with Engine(config, prefix_cache=False) as engine:
         prompt = make_prompt(engine, args.depth)
         for r in range(args.repeats):  # alternate engines run by run
             ours.append(outpost_decode(engine, prompt, args.tokens))
-            theirs.append(llama_cpp_python_decode(llm, prompt, args.tokens))
+            theirs.append(baseline_proc.decode(prompt, args.tokens))
             log(
                 f"  {shape} run {r + 1}: outpost {ours[-1]:.1f} tok/s, "
                 f"llama-cpp-python {theirs[-1]:.1f} tok/s"
             )
-        del llm
+        baseline_proc.close()
         batched = {str(k): outpost_parallel(engine, args.depth, args.tokens, k) for k in PARALLEL}
         log(f"  {shape} batched: {batched}")
         prefill = statistics.median(outpost_prefill(engine, args.prefill_tokens) for _ in range(args.repeats))
         weight_bytes = engine.model.describe()["size_bytes"]
     bench = os.environ.get("LLAMA_BENCH")
     llama_bench = (
-        llama_bench_decode(bench, model, args.threads, args.depth, args.tokens, args.flash_attn)
+        llama_bench_decode(
+            bench, model, args.threads, args.depth, args.tokens, args.flash_attn, config.use_extra_bufts
+        )
         if bench
         else None
     )
@@ -221,7 +262,12 @@ def main() -> None:
     parser.add_argument("--prefill-tokens", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--flash-attn", choices=["on", "off"], default="off")
+    parser.add_argument("--baseline-worker", help=argparse.SUPPRESS)
+    parser.add_argument("--repack", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.baseline_worker:
+        baseline_worker(args)
+        return
     copy_bw = copy_bandwidth_bytes_per_s()
     log(f"numpy copy bandwidth: {copy_bw / 1e9:.2f} GB/s (read + write)")
     results = {}

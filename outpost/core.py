@@ -1,5 +1,8 @@
 """EngineCore: the one thread that owns the llama context; EngineClient: how everyone else talks to it.
 
+Only this thread ever calls into llama.cpp's compute (decode, warmup, embedding jobs): a second
+driving thread makes OpenMP throttle its spin-waits and every decode slows down ~3x on small CPUs.
+
 The loop is vLLM v1's: `schedule()` -> `runner.execute()` -> `update_from_output()`, once per step,
 admitting new requests between every step. Callers on other threads (the asyncio server, the CLI)
 submit requests and aborts under a short lock around the pure scheduler and get `TokenEvent`s back
@@ -15,7 +18,8 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Protocol
+from concurrent.futures import Future
+from typing import Protocol, TypeVar
 
 from outpost.messages import FinishReason, GenerateRequest, TokenEvent
 from outpost.scheduler import Scheduler
@@ -24,10 +28,13 @@ from outpost.scheduler.output import RunnerOutput, SchedulerOutput
 _log = logging.getLogger(__name__)
 
 EventSink = Callable[[TokenEvent], None]
+T = TypeVar("T")
 
 
 class Runner(Protocol):
     """What the core needs from a model runner (the real one, or a fake in tests)."""
+
+    def warmup(self) -> None: ...
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput: ...
 
@@ -47,6 +54,7 @@ class EngineCore:
         self._wake = threading.Event()
         self._stopping = False
         self._sinks: dict[str, EventSink] = {}
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future[object]]] = queue.SimpleQueue()
         self.steps = 0
         self._thread = threading.Thread(target=self._run, name="outpost-engine", daemon=True)
         self._thread.start()
@@ -66,10 +74,34 @@ class EngineCore:
             self.scheduler.abort(request_id)
         self._wake.set()
 
+    def run_on_engine_thread(self, job: Callable[[], T]) -> Future[T]:
+        """Run `job` on the engine thread between two steps (e.g. an embedding batch).
+
+        Why not on the caller's thread: llama.cpp's OpenMP kernels throttle their spin-waits
+        when more than one thread drives them, and every decode in the process gets ~3x slower.
+        """
+        future: Future[T] = Future()
+        self._jobs.put((job, future))  # type: ignore[arg-type]
+        self._wake.set()
+        return future
+
+    def _run_jobs(self) -> bool:
+        ran = False
+        while not self._jobs.empty():
+            job, future = self._jobs.get()
+            ran = True
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(job())
+                except BaseException as exc:
+                    future.set_exception(exc)
+        return ran
+
     def _run(self) -> None:
         try:
+            self._runner.warmup()  # on this thread: the only one that ever drives llama.cpp
             while not self._stopping:
-                if not self._step():
+                if not (self._run_jobs() | self._step()):
                     self._wake.wait(timeout=0.5)
                     self._wake.clear()
         except BaseException:  # a bug in the loop must not leave callers waiting forever
@@ -95,6 +127,9 @@ class EngineCore:
         for sink, event in sinks:
             if sink is not None:
                 sink(event)
+        # Let the woken consumers take the GIL now, before the next decode starts: a consumer
+        # waking mid-decode preempts one of llama.cpp's OpenMP threads and stalls its barriers.
+        time.sleep(0)
         return True
 
     def _execute(self, out: SchedulerOutput) -> RunnerOutput:

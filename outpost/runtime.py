@@ -24,7 +24,6 @@ class Engine:
         self.model = LoadedModel(config)
         try:
             self.runner = ModelRunner(self.model)
-            self.runner.warmup()
             self.n_ctx_seq = min(self.model.n_ctx_train or self.model.n_ctx, self.model.n_ctx)
             self.scheduler_config = SchedulerConfig(
                 n_slots=config.n_seq_max,

@@ -1,0 +1,114 @@
+"""EngineCore and EngineClient with a fake runner: the thread loop, async and blocking streams,
+immediate QueueFull, aborts from the caller's side, engine-thread jobs and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from fake_runner import FakeRunner, reference_tokens
+
+from outpost.core import EngineClient, EngineCore
+from outpost.messages import FinishReason, GenerateRequest, QueueFull, TokenEvent
+from outpost.scheduler import Scheduler, SchedulerConfig
+from outpost.scheduler.output import RunnerOutput, SchedulerOutput
+
+
+class SlowFakeRunner(FakeRunner):
+    """A fake runner whose steps take a little time, like a decode; records its thread."""
+
+    def __init__(self, delay: float = 0.002) -> None:
+        super().__init__()
+        self.delay = delay
+        self.threads: set[str] = set()
+        self.closed = False
+
+    def warmup(self) -> None:
+        self.threads.add(threading.current_thread().name)
+
+    def execute(self, out: SchedulerOutput) -> RunnerOutput:
+        self.threads.add(threading.current_thread().name)
+        time.sleep(self.delay)
+        return super().execute(out)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _core(runner: FakeRunner, slots: int = 2, max_queue: int = 4) -> EngineCore:
+    config = SchedulerConfig(
+        n_slots=slots, n_ctx=512, n_ctx_seq=256, max_queue=max_queue, step_token_budget=64
+    )
+    return EngineCore(Scheduler(config), runner)
+
+
+def test_blocking_stream_gives_the_reference_tokens() -> None:
+    runner = SlowFakeRunner()
+    core = _core(runner)
+    try:
+        events = list(EngineClient(core).generate_sync(GenerateRequest([5, 6, 7], max_tokens=10)))
+        tokens = [t for e in events for t in e.token_ids]
+        assert tokens == reference_tokens([5, 6, 7], 10)
+        assert events[-1].finish_reason is FinishReason.LENGTH and events[-1].timings is not None
+        assert runner.threads == {"outpost-engine"}, "only the engine thread drives the runner"
+    finally:
+        core.stop()
+    assert runner.closed
+
+
+def test_async_streams_run_together_and_early_exit_aborts() -> None:
+    core = _core(SlowFakeRunner(), slots=4)
+    client = EngineClient(core)
+
+    async def full(i: int) -> int:
+        return sum(
+            [len(e.token_ids) async for e in client.generate(GenerateRequest([i + 1, 2], max_tokens=20))]
+        )
+
+    async def leave_early() -> None:
+        async for _ in client.generate(GenerateRequest([9, 9], max_tokens=200)):
+            break  # the caller goes away after one event
+
+    async def main() -> list[int]:
+        counts = await asyncio.wait_for(asyncio.gather(*(full(i) for i in range(3)), leave_early()), 10)
+        return [c for c in counts if c is not None]
+
+    try:
+        assert asyncio.run(main()) == [20, 20, 20]
+        deadline = time.monotonic() + 5
+        while core.scheduler.slots_busy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert core.scheduler.slots_busy == 0
+    finally:
+        core.stop()
+
+
+def test_queue_full_is_raised_at_submit() -> None:
+    core = _core(SlowFakeRunner(delay=0.05), slots=1, max_queue=1)
+    seen: list[TokenEvent] = []
+    try:
+        core.submit(GenerateRequest([1, 2], max_tokens=50), seen.append)
+        core.submit(GenerateRequest([1, 3], max_tokens=50), seen.append)
+        with pytest.raises(QueueFull):
+            for i in range(4):
+                core.submit(GenerateRequest([1, 4 + i], max_tokens=50), seen.append)
+    finally:
+        core.stop()
+    finished = [e for e in seen if e.finished]
+    assert len(finished) >= 2 and all(e.finish_reason is not None for e in finished)
+
+
+def test_jobs_run_on_the_engine_thread() -> None:
+    runner = SlowFakeRunner()
+    core = _core(runner)
+    try:
+        assert (
+            core.run_on_engine_thread(lambda: threading.current_thread().name).result(5) == "outpost-engine"
+        )
+        failing = core.run_on_engine_thread(lambda: 1 // 0)
+        with pytest.raises(ZeroDivisionError):
+            failing.result(5)
+    finally:
+        core.stop()
