@@ -1,12 +1,14 @@
-# Outpost's two front doors: `make run` (install, then answer a prompt with the demo model) and
-# `make test` (install, then ruff + mypy + pytest). Both create .venv themselves.
+# Outpost's front doors: `make serve` (install, then the OpenAI-compatible server on the demo model,
+# http://127.0.0.1:8080), `make test` (install, then ruff + mypy + pytest) and `make run` (answer one
+# prompt in the terminal). All create .venv themselves.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PROMPT ?= Hello! What can you do?
+SERVE_ARGS ?=
 
-.PHONY: install run test lint typecheck unit integration e2e clean
+.PHONY: install serve run test lint typecheck unit integration e2e clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,6 +18,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+serve: install
+	$(BIN)/outpost serve $(SERVE_ARGS)
 
 run: install
 	$(BIN)/outpost run --single-turn -n 64 -p "$(PROMPT)"

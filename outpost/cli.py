@@ -64,14 +64,45 @@ def _add_models_parser(sub: Any) -> None:
     s.set_defaults(handler=_cmd_models_synth)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="outpost", description="Run small language models on your own hardware."
+def _add_serve_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="OpenAI-compatible and SageMaker HTTP server (llama-server's flags)")
+    p.add_argument("-m", "--model", help="GGUF file (default: the built-in random-weight demo model)")
+    p.add_argument("-a", "--alias", dest="model_id", help="model id clients use (default: the file stem)")
+    p.add_argument("-np", "--parallel", type=int, help="slots decoded together (default 4)")
+    p.add_argument(
+        "-c", "--ctx-size", type=int, help="KV cells shared by all slots (0: trained ctx, max 8192)"
     )
+    p.add_argument("-t", "--threads", type=int, help="CPU threads (default: all this process may use)")
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, help="layers to offload to GPU")
+    p.add_argument("-sm", "--split-mode", choices=["none", "layer", "row"])
+    p.add_argument("-b", "--batch-size", type=int, help="tokens per decode step (default 512)")
+    p.add_argument("-ub", "--ubatch-size", type=int, help="physical micro-batch (default 512)")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8080, SageMaker's)")
+    p.add_argument("--api-key", action="append", dest="api_keys", help="accepted API key (repeatable)")
+    p.add_argument("--api-key-file", help="file with one API key per line")
+    p.add_argument("--max-queue", type=int, help="requests waiting beyond the slots (default 64); more: 429")
+    p.add_argument("--request-timeout", type=float, help="seconds from arrival to last token (default 600)")
+    p.add_argument("--max-body", type=int, help="request body limit in bytes (default 4 MiB)")
+    p.add_argument("--default-max-tokens", type=int, help="max_tokens when a request gives none (1024)")
+    p.add_argument("--embedding-model", help="GGUF for /v1/embeddings (default: the served model)")
+    p.add_argument("--ssl-keyfile", help="TLS private key (PEM)")
+    p.add_argument("--ssl-certfile", help="TLS certificate (PEM)")
+    p.add_argument("--cors-origins", help="comma-separated allowed origins, or * (default: CORS off)")
+    p.add_argument("--log-prompts", action="store_true", default=None, help="log prompt and answer text")
+    p.add_argument("--chat-template", help="jinja chat template file overriding the model's")
+    p.add_argument("--no-prefix-cache", action="store_false", dest="prefix_cache", default=None)
+    p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
+    p.set_defaults(handler=_cmd_serve)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="outpost", description="Run small language models on your own hardware.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log llama.cpp and engine details")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     _add_run_parser(sub)
     _add_models_parser(sub)
+    _add_serve_parser(sub)
     return parser
 
 
@@ -104,7 +135,7 @@ def _cmd_models_synth(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resolve_model(model: str | None) -> str:
+def _resolve_model(model: str | None, command: str = "run") -> str:
     if model:
         return model
     from outpost.models import ensure_demo_model
@@ -112,7 +143,7 @@ def _resolve_model(model: str | None) -> str:
     path = ensure_demo_model(progress=progress_bar("demo model"))
     sys.stderr.write(
         f"outpost: using the built-in demo model {path}: RANDOM WEIGHTS, its answers are noise.\n"
-        "outpost: for real answers give a real model: outpost run -m path/to/model.gguf\n"
+        f"outpost: for real answers give a real model: outpost {command} -m path/to/model.gguf\n"
     )
     return str(path)
 
@@ -122,6 +153,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     args.model = _resolve_model(args.model)
     return run_command(args)
+
+
+# `outpost serve` flags that map one-to-one onto ServerConfig fields.
+_SERVE_OPTIONS = (
+    "model_id parallel ctx_size threads n_gpu_layers split_mode batch_size ubatch_size host port max_queue "
+    "request_timeout max_body default_max_tokens embedding_model ssl_keyfile ssl_certfile log_prompts "
+    "prefix_cache grace_period"
+).split()
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from outpost.api import serve
+    from outpost.api.config import build_server_config
+
+    options = {name: getattr(args, name) for name in _SERVE_OPTIONS}
+    options["api_keys"] = tuple(args.api_keys) if args.api_keys else None
+    options["cors_origins"] = (
+        tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else None
+    )
+    if args.model or "OUTPOST_MODEL_PATH" not in os.environ:
+        options["model_path"] = _resolve_model(args.model, "serve")
+    config = build_server_config(options, args.api_key_file, args.chat_template)
+    return serve(config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

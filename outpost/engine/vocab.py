@@ -20,8 +20,9 @@ class Vocab:
         self.add_bos = bool(llama.llama_vocab_get_add_bos(vocab_ptr))
         # Every end-of-generation id: ignore_eos bans them all, not just EOS.
         self.eog_ids = frozenset(t for t in range(self.n_tokens) if llama.llama_vocab_is_eog(vocab_ptr, t))
+        # Filled lazily; safe across threads (the engine and the API both render pieces) because
+        # each call uses its own buffer and a dict assignment is atomic under the GIL.
         self._pieces: dict[int, bytes] = {}
-        self._piece_buf = ctypes.create_string_buffer(256)
 
     @property
     def bos_text(self) -> str:
@@ -59,7 +60,7 @@ class Vocab:
                 return cached
         if not 0 <= token < self.n_tokens:
             raise ValueError(f"token id {token} out of range [0, {self.n_tokens})")
-        buf = self._piece_buf
+        buf = ctypes.create_string_buffer(64)
         n = int(llama.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special))
         if n < 0:
             buf = ctypes.create_string_buffer(-n)

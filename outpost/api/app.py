@@ -1,0 +1,75 @@
+"""The FastAPI application: routers, error handlers, middleware, and the engine's lifecycle.
+
+`create_app(engine_or_factory, config)` wires it all. Given a factory, the lifespan loads the
+engine in a worker thread after the server starts listening, so /health answers `loading` (503)
+and then `ok`; the app closes what it loaded on shutdown. Middleware, outermost first: request
+log/metrics/drain gate -> CORS (only with --cors-origins) -> API keys -> body limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from starlette.routing import Route
+
+import outpost
+from outpost.api import embeddings, llama_routes, openai_routes, sagemaker
+from outpost.api.auth import ApiKeyMiddleware
+from outpost.api.config import ServerConfig
+from outpost.api.errors import install_error_handlers
+from outpost.api.limits import BodyLimitMiddleware
+from outpost.api.metrics import Metrics
+from outpost.api.requestlog import RequestLogMiddleware
+from outpost.api.state import ServerState
+
+
+def _lifespan(state: ServerState, factory: Callable[[], Any] | None) -> Any:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        loader = asyncio.ensure_future(state.load(factory)) if factory is not None else None
+        try:
+            yield
+        finally:
+            if loader is not None:
+                await loader  # a load in progress cannot be interrupted: wait, then free it
+                await asyncio.to_thread(state.close)
+
+    return lifespan
+
+
+def create_app(engine: Any, config: ServerConfig) -> FastAPI:
+    """An app serving `engine` (an `outpost.runtime.Engine`), or what `engine()` loads if it is callable."""
+    metrics = Metrics()
+    state = ServerState(config, metrics)
+    factory: Callable[[], Any] | None = engine if callable(engine) else None
+    if factory is None:
+        state.engine, state.status = engine, "ok"
+    metrics.bind_engine(lambda: state.engine.core.scheduler if state.engine is not None else None)
+    app = FastAPI(
+        title="Outpost",
+        version=getattr(outpost, "__version__", "0"),
+        description="OpenAI-compatible and SageMaker API for small language models on llama.cpp",
+        lifespan=_lifespan(state, factory),
+    )
+    app.state.server = state
+    routers = [m.router for m in (openai_routes, embeddings, llama_routes, sagemaker)]
+    for router in routers:
+        app.include_router(router)
+    install_error_handlers(app)
+    known = frozenset(r.path for router in routers for r in router.routes if isinstance(r, Route))
+    app.add_middleware(BodyLimitMiddleware, max_body=config.max_body)
+    app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, open_paths=config.open_paths)
+    if config.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(config.cors_origins),
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type", "x-api-key"],
+        )
+    app.add_middleware(RequestLogMiddleware, state=state, known_paths=known)
+    return app

@@ -1,0 +1,146 @@
+"""The server's configuration: one pydantic model for everything `outpost serve` is told.
+
+`ServerConfig` holds the HTTP side (address, TLS, limits, auth, CORS, logging) and the few engine
+knobs the server passes through; `engine_config()` turns the latter into the engine's own
+`EngineConfig`. Every field may also come from the environment as `OUTPOST_<FIELD>` (upper case;
+lists comma-separated), which the CLI applies before its flags.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from outpost.engine.config import EngineConfig
+
+MiB = 1024 * 1024
+# Paths anyone may call, even when API keys are set: health checks and scrapers carry no keys.
+DEFAULT_OPEN_PATHS: tuple[str, ...] = ("/health", "/ping", "/metrics")
+
+
+class ServerConfig(BaseModel):
+    """What `outpost serve` runs with; defaults follow llama-server where it has one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_path: str = Field(description="GGUF file to serve")
+    model_id: str | None = Field(None, description="id clients put in `model`; default: the file stem")
+    chat_template: str | None = Field(None, description="jinja chat template text overriding the GGUF's")
+    # Engine knobs (llama-server's flag names in the comments).
+    parallel: int = Field(4, ge=1, le=256, description="slots: requests decoded together (-np)")
+    ctx_size: int = Field(
+        0, ge=0, description="KV cells shared by all slots (-c); 0 = the trained context, at most 8192"
+    )
+    threads: int | None = Field(None, ge=1, description="CPU threads (-t); default: all usable")
+    n_gpu_layers: int = Field(0, ge=-1, description="layers offloaded to GPU (-ngl); -1 = all")
+    split_mode: Literal["none", "layer", "row"] = "layer"
+    batch_size: int = Field(512, ge=1, description="tokens per decode step (-b)")
+    ubatch_size: int = Field(512, ge=1, description="physical micro-batch (-ub)")
+    prefix_cache: bool = True
+    # HTTP.
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535, description="8080 is also SageMaker's port")
+    max_queue: int = Field(64, ge=0, description="requests waiting beyond the slots; more get 429")
+    request_timeout: float = Field(600.0, gt=0, description="seconds from arrival to the last token")
+    max_body: int = Field(4 * MiB, ge=1024, description="request body limit in bytes; more get 413")
+    default_max_tokens: int = Field(1024, ge=1, description="max_tokens when a request gives none")
+    api_keys: tuple[str, ...] = Field((), repr=False, description="accepted keys; empty = no auth")
+    open_paths: tuple[str, ...] = Field(DEFAULT_OPEN_PATHS, description="paths that need no key")
+    cors_origins: tuple[str, ...] = Field((), description="allowed CORS origins; empty = CORS off")
+    ssl_keyfile: str | None = None
+    ssl_certfile: str | None = None
+    log_prompts: bool = Field(False, description="put prompt and completion text in the request log")
+    embedding_model: str | None = Field(None, description="GGUF for /v1/embeddings; default: the served one")
+    grace_period: float = Field(30.0, ge=0, description="seconds SIGTERM waits for in-flight requests")
+
+    @field_validator("model_path", "embedding_model", "ssl_keyfile", "ssl_certfile")
+    @classmethod
+    def _file_exists(cls, path: str | None) -> str | None:
+        if path is not None and not os.path.isfile(path):
+            raise ValueError(f"file not found: {path}")
+        return path
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys_not_blank(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not k.strip() for k in keys):
+            raise ValueError("an API key is empty: give non-blank keys with --api-key / --api-key-file")
+        return tuple(k.strip() for k in keys)
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerConfig:
+        if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
+            raise ValueError("TLS needs both --ssl-keyfile and --ssl-certfile")
+        if self.batch_size < self.parallel:
+            raise ValueError(
+                f"--batch-size ({self.batch_size}) must be at least --parallel ({self.parallel}): "
+                "every busy slot decodes one token per step"
+            )
+        return self
+
+    @property
+    def served_model_id(self) -> str:
+        return self.model_id or Path(self.model_path).stem
+
+    @property
+    def tls(self) -> bool:
+        return self.ssl_certfile is not None
+
+    def engine_config(self) -> EngineConfig:
+        options: dict[str, Any] = {
+            "model_path": self.model_path,
+            "n_ctx": self.ctx_size,
+            "n_batch": self.batch_size,
+            "n_ubatch": self.ubatch_size,
+            "n_seq_max": self.parallel,
+            "n_gpu_layers": self.n_gpu_layers,
+            "split_mode": self.split_mode,
+            "chat_template": self.chat_template,
+        }
+        if self.threads is not None:
+            options["n_threads"] = self.threads
+        return EngineConfig.model_validate(options)
+
+
+def env_overrides(prefix: str = "OUTPOST_") -> dict[str, Any]:
+    """ServerConfig fields found in the environment (`OUTPOST_PORT=9000`, `OUTPOST_API_KEYS=a,b`)."""
+    found: dict[str, Any] = {}
+    for name, field in ServerConfig.model_fields.items():
+        raw = os.environ.get(prefix + name.upper())
+        if raw is None:
+            continue
+        is_tuple = "tuple" in str(field.annotation)
+        found[name] = tuple(v for v in raw.split(",") if v) if is_tuple else raw
+    return found
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read {what} {path}: {exc.strerror}") from exc
+
+
+def read_api_keys(path: str) -> tuple[str, ...]:
+    """One key per line; blank lines and lines starting with '#' are skipped."""
+    lines = _read_text(path, "API key file").splitlines()
+    keys = tuple(s for s in (line.strip() for line in lines) if s and not s.startswith("#"))
+    if not keys:
+        raise ValueError(f"the API key file {path} holds no keys")
+    return keys
+
+
+def build_server_config(
+    options: dict[str, Any], api_key_file: str | None = None, chat_template_file: str | None = None
+) -> ServerConfig:
+    """ServerConfig from the environment (OUTPOST_*), then explicit options (None = not given)."""
+    merged = env_overrides()
+    merged.update({k: v for k, v in options.items() if v is not None})
+    if api_key_file:
+        merged["api_keys"] = (*merged.get("api_keys", ()), *read_api_keys(api_key_file))
+    if chat_template_file:
+        merged["chat_template"] = _read_text(chat_template_file, "chat template")
+    return ServerConfig.model_validate(merged)

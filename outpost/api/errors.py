@@ -1,0 +1,159 @@
+"""OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}` with the right HTTP status.
+
+`ApiError` is what route code raises; `install_error_handlers` maps everything else that can
+escape a route (validation errors, malformed JSON, engine admission errors, unknown paths) to the
+same shape, so bad input is always a 4xx and never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from outpost.engine.chat_template import ChatTemplateError
+from outpost.messages import QueueFull, RequestRejected
+
+_log = logging.getLogger("outpost.api")
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable",
+    504: "timeout",
+}
+
+
+class ApiError(Exception):
+    """An error reply: status, message, and OpenAI's type/param/code."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type or _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def context_length_exceeded(message: str, param: str | None = "messages") -> ApiError:
+    return ApiError(400, message, param=param, code="context_length_exceeded")
+
+
+def queue_full(message: str) -> ApiError:
+    return ApiError(429, message, code="queue_full", headers={"Retry-After": "1"})
+
+
+def not_ready(status: str) -> ApiError:
+    if status == "draining":
+        return ApiError(503, "the server is shutting down; retry on another instance", code="draining")
+    return ApiError(
+        503, "the model is still loading; retry shortly", code="loading", headers={"Retry-After": "1"}
+    )
+
+
+def from_engine_rejection(exc: RequestRejected) -> ApiError:
+    text = str(exc)
+    if "tokens" in text and ("position" in text or "context" in text):
+        return context_length_exceeded(text)
+    return bad_request(text)
+
+
+def error_bytes(err: ApiError) -> bytes:
+    """The error as one SSE event's JSON (used inside streams, where the status is already sent)."""
+    return json.dumps(err.body()).encode()
+
+
+def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = list(exc.errors())
+    if not errors:
+        return "invalid request body", None
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        detail = (first.get("ctx") or {}).get("error", "")
+        return f"the request body is not valid JSON: {detail}".rstrip(": "), None
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = ".".join(loc) or None
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    prefix = f"{param}: " if param and not msg.startswith(param.split(".")[-1]) else ""
+    return f"{prefix}{msg}{more}", param
+
+
+async def _on_api_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
+async def _on_validation(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    message, param = _describe_validation(exc)
+    return bad_request(message, param=param).response()
+
+
+async def _on_http(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    messages = {404: "no such endpoint", 405: "method not allowed on this endpoint"}
+    message = (
+        messages.get(exc.status_code) if exc.detail in (None, "Not Found", "Method Not Allowed") else None
+    )
+    err = ApiError(exc.status_code, message or str(exc.detail), headers=dict(exc.headers or {}))
+    return err.response()
+
+
+async def _on_queue_full(_: Request, exc: Exception) -> JSONResponse:
+    return queue_full(str(exc) or "the server is busy; retry later").response()
+
+
+async def _on_rejected(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestRejected)
+    return from_engine_rejection(exc).response()
+
+
+async def _on_template(_: Request, exc: Exception) -> JSONResponse:
+    return bad_request(f"the chat template rejected these messages: {exc}", param="messages").response()
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    _log.error("unhandled error on %s", request.url.path, exc_info=exc)
+    return ApiError(500, "internal server error; see the server log", type="server_error").response()
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _on_api_error)
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(QueueFull, _on_queue_full)
+    app.add_exception_handler(RequestRejected, _on_rejected)
+    app.add_exception_handler(ChatTemplateError, _on_template)
+    app.add_exception_handler(Exception, _on_unexpected)

@@ -1,0 +1,190 @@
+"""Running one `GenerateRequest` for an HTTP request: admission, events, metrics, cancellation.
+
+`Generation.start()` submits at once, so a full queue or a rejected request becomes a 429/400
+before any byte of the reply is sent; `events()` then streams `TokenEvent`s. Closing or cancelling
+the stream aborts the request in the engine (EngineClient.generate does that). Non-streaming
+routes run `until_disconnect()` so a client that hangs up frees its slot within one engine step,
+during prefill too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from outpost.api.errors import ApiError, from_engine_rejection, queue_full
+from outpost.api.metrics import Metrics, RequestObserver
+from outpost.messages import (
+    FinishReason,
+    GenerateRequest,
+    QueueFull,
+    RequestRejected,
+    Timings,
+    TokenEvent,
+    TokenLogprob,
+)
+
+T = TypeVar("T")
+
+
+class ClientDisconnected(Exception):
+    """The client hung up before the reply was ready; its request was aborted."""
+
+
+@dataclass
+class Outcome:
+    """A finished generation, gathered from its events."""
+
+    request_id: str
+    n_prompt: int
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish: FinishReason = FinishReason.ABORT
+    timings: Timings = field(default_factory=Timings)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    error: str | None = None
+
+    def add(self, event: TokenEvent) -> None:
+        self.token_ids += event.token_ids
+        self.text += event.text
+        if event.logprobs:
+            self.logprobs += event.logprobs
+        if event.finished:
+            self.finish = event.finish_reason or FinishReason.STOP
+            self.timings = event.timings or self.timings
+            self.error = event.error
+
+
+def admission_error(exc: BaseException) -> ApiError:
+    if isinstance(exc, QueueFull):
+        return queue_full(str(exc) or "the server is busy; retry later")
+    if isinstance(exc, RequestRejected):
+        return from_engine_rejection(exc)
+    if isinstance(exc, RuntimeError):
+        return ApiError(503, f"the engine is not accepting requests: {exc}", code="unavailable")
+    raise exc
+
+
+def finish_error(finish: FinishReason | None, message: str | None, timeout: float) -> ApiError | None:
+    """The error a finish deserves (timeout 504, engine error 500, abort 503), or None for stop/length."""
+    if finish is FinishReason.TIMEOUT:
+        return ApiError(
+            504,
+            f"the request did not finish within the server's request timeout ({timeout:g} s)",
+            type="timeout",
+            code="timeout",
+        )
+    if finish is FinishReason.ERROR:
+        return ApiError(
+            500, message or "the engine failed this request", type="server_error", code="engine_error"
+        )
+    if finish is FinishReason.ABORT:
+        return ApiError(503, message or "the request was aborted: the server is stopping", code="aborted")
+    return None
+
+
+def outcome_error(outcome: Outcome, timeout: float) -> ApiError | None:
+    return finish_error(outcome.finish, outcome.error, timeout)
+
+
+class Generation:
+    """One request in the engine, seen from the HTTP side."""
+
+    def __init__(self, engine: Any, request: GenerateRequest, metrics: Metrics) -> None:
+        self.request = request
+        self._client = engine.client
+        self._observer = RequestObserver(metrics, request.arrival_time, len(request.prompt_tokens))
+        self._agen: Any = None  # the EngineClient.generate async generator
+        self._first: asyncio.Future[TokenEvent] | None = None
+
+    async def start(self) -> None:
+        """Submit the request; raises ApiError (429/400/503) if the engine refuses it."""
+        agen = self._client.generate(self.request)
+        first: asyncio.Future[TokenEvent] = asyncio.ensure_future(agen.__anext__())
+        try:
+            await asyncio.sleep(0)  # lets `first` run up to its first await: the submit has happened
+        except BaseException:
+            first.cancel()  # cancelled right here: abort what was submitted
+            raise
+        failure = first.exception() if first.done() else None
+        if failure is not None:
+            raise admission_error(failure)
+        self._agen, self._first = agen, first
+
+    async def events(self) -> AsyncIterator[TokenEvent]:
+        """The request's events; leaving early aborts the request."""
+        assert self._agen is not None and self._first is not None, "call start() first"
+        agen, first = self._agen, self._first
+        try:
+            event = await first
+            self._observer.on_event(event)
+            yield event
+            while not event.finished:
+                event = await agen.__anext__()
+                self._observer.on_event(event)
+                yield event
+        finally:
+            if not first.done():
+                first.cancel()  # the generator's own finally aborts the request
+            else:
+                await agen.aclose()
+
+    async def cancel(self) -> None:
+        """Abort a started generation whose events() is never iterated."""
+        if self._first is None:
+            return
+        if not self._first.done():
+            self._first.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await self._first
+        else:
+            await self._agen.aclose()
+
+    async def collect(self) -> Outcome:
+        out = self.new_outcome()
+        async for event in self.events():
+            out.add(event)
+        return out
+
+    def new_outcome(self) -> Outcome:
+        return Outcome(self.request.request_id, len(self.request.prompt_tokens))
+
+
+async def start_all(generations: list[Generation]) -> None:
+    """Start several generations; if one is refused, abort the ones already started."""
+    started: list[Generation] = []
+    try:
+        for gen in generations:
+            await gen.start()
+            started.append(gen)
+    except BaseException:
+        for gen in started:
+            await gen.cancel()
+        raise
+
+
+async def _wait_disconnect(receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    while True:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            return
+
+
+async def until_disconnect(receive: Callable[[], Awaitable[Any]], work: Awaitable[T]) -> T:
+    """Await `work`, cancelling it (which aborts its generations) if the client disconnects first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_disconnect(receive))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task in done:
+        return task.result()
+    raise ClientDisconnected()

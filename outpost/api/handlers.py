@@ -1,0 +1,151 @@
+"""Chat and text completions, shared by the OpenAI routes and SageMaker's /invocations.
+
+Each handler validates against the model, builds `GenerateRequest`s, submits them (admission
+errors become 429/400 before any reply byte), then either streams SSE or waits for the outcome
+while watching for the client hanging up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from outpost.api import mapping, render
+from outpost.api.errors import ApiError
+from outpost.api.generation import (
+    ClientDisconnected,
+    Generation,
+    Outcome,
+    outcome_error,
+    start_all,
+    until_disconnect,
+)
+from outpost.api.requestlog import record_of
+from outpost.api.schemas import ChatCompletionRequest, CompletionRequest
+from outpost.api.state import ServerState
+from outpost.api.streaming import StreamSpec, chat_stream, completion_stream, sse_response
+
+CLIENT_CLOSED = 499  # nginx's status for "the client closed the connection first"
+
+
+def state_of(request: Request) -> ServerState:
+    state = request.app.state.server
+    assert isinstance(state, ServerState)
+    return state
+
+
+def _max_tokens(body: ChatCompletionRequest) -> tuple[int | None, str]:
+    if body.max_completion_tokens is not None:
+        return body.max_completion_tokens, "max_completion_tokens"
+    return body.max_tokens, "max_tokens"
+
+
+async def wait_outcomes(request: Request, gens: list[Generation]) -> list[Outcome]:
+    async def collect_all() -> list[Outcome]:
+        return list(await asyncio.gather(*(g.collect() for g in gens)))
+
+    try:
+        return await until_disconnect(request.receive, collect_all())
+    except ClientDisconnected:
+        raise ApiError(CLIENT_CLOSED, "the client closed the connection", code="client_closed") from None
+
+
+def _spec(
+    state: ServerState, request: Request, rid: str, logprobs: bool, body: Any, prompts: list[str]
+) -> StreamSpec:
+    opts = body.stream_options
+    return StreamSpec(
+        rid=rid,
+        model=state.model_id,
+        vocab=state.engine.vocab,
+        logprobs=logprobs,
+        include_usage=bool(opts and opts.include_usage),
+        timeout=state.config.request_timeout,
+        record=record_of(request),
+        log_prompts=state.config.log_prompts,
+        prompts=prompts,
+    )
+
+
+async def handle_chat(state: ServerState, body: ChatCompletionRequest, request: Request) -> Response:
+    engine = state.ready_engine()
+    arrival = time.monotonic()
+    mapping.check_model(body.model, state.model_id)
+    mapping.check_n(body.n)
+    text, tokens = await asyncio.to_thread(mapping.chat_prompt, engine, body.messages)
+    requested, param = _max_tokens(body)
+    cfg = state.config
+    max_tokens = mapping.resolve_max_tokens(
+        len(tokens), requested, engine.n_ctx_seq, cfg.default_max_tokens, param
+    )
+    n_probs = (body.top_logprobs or 0) if body.logprobs else -1
+    sampling = mapping.sampling_params(engine, body, n_probs)
+    rid = mapping.new_request_id("chatcmpl")
+    record_of(request).id = rid
+    stop = mapping.stop_strings(body.stop)
+    req = mapping.generate_request(tokens, max_tokens, sampling, stop, rid, cfg.request_timeout, arrival)
+    gen = Generation(engine, req, state.metrics)
+    await gen.start()
+    if body.stream:
+        spec = _spec(state, request, rid, bool(body.logprobs), body, [text])
+        return sse_response(chat_stream(gen, spec), [gen])
+    (out,) = await wait_outcomes(request, [gen])
+    record_of(request).add_outcome(out, text, cfg.log_prompts)
+    err = outcome_error(out, cfg.request_timeout)
+    if err is not None:
+        raise err
+    return JSONResponse(render.chat_completion(rid, state.model_id, out, engine.vocab, bool(body.logprobs)))
+
+
+def _prompts(body: CompletionRequest) -> list[str | list[int]]:
+    prompt = body.prompt
+    if isinstance(prompt, str):
+        return [prompt]
+    strings = [p for p in prompt if isinstance(p, str)]
+    if len(strings) == len(prompt):
+        return list(strings)
+    return [[p for p in prompt if isinstance(p, int)]]
+
+
+async def handle_completion(state: ServerState, body: CompletionRequest, request: Request) -> Response:
+    engine = state.ready_engine()
+    arrival = time.monotonic()
+    mapping.check_model(body.model, state.model_id)
+    mapping.check_n(body.n)
+    cfg = state.config
+    prompts = _prompts(body)
+    token_lists = [await asyncio.to_thread(mapping.prompt_tokens, engine, p) for p in prompts]
+    n_probs = body.logprobs if body.logprobs is not None else -1
+    sampling = mapping.sampling_params(engine, body, n_probs)
+    stop = mapping.stop_strings(body.stop)
+    rid = mapping.new_request_id("cmpl")
+    record_of(request).id = rid
+    gens = []
+    for i, tokens in enumerate(token_lists):
+        budget = mapping.resolve_max_tokens(
+            len(tokens), body.max_tokens, engine.n_ctx_seq, cfg.default_max_tokens
+        )
+        sub_id = rid if len(token_lists) == 1 else f"{rid}-{i}"
+        req = mapping.generate_request(tokens, budget, sampling, stop, sub_id, cfg.request_timeout, arrival)
+        gens.append(Generation(engine, req, state.metrics))
+    await start_all(gens)
+    wants_text = cfg.log_prompts or bool(body.echo)
+    texts = [p if isinstance(p, str) else engine.vocab.detokenize(p) if wants_text else "" for p in prompts]
+    if body.stream:
+        spec = _spec(state, request, rid, body.logprobs is not None, body, texts)
+        return sse_response(completion_stream(gens, spec), gens)
+    outs = await wait_outcomes(request, gens)
+    for text, out in zip(texts, outs, strict=True):
+        record_of(request).add_outcome(out, text, cfg.log_prompts)
+    err = next((e for e in (outcome_error(o, cfg.request_timeout) for o in outs) if e is not None), None)
+    if err is not None:
+        raise err
+    prefixes = texts if body.echo else [""] * len(outs)
+    reply = render.text_completion(
+        rid, state.model_id, outs, engine.vocab, body.logprobs is not None, prefixes
+    )
+    return JSONResponse(reply)

@@ -1,0 +1,186 @@
+"""Request bodies -> `GenerateRequest`: prompt tokens, token budget, sampler settings, stop strings.
+
+The server's defaults are llama-server's (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05).
+Every check that depends on the model (context length, token ids, chat template) happens here,
+so the engine only ever sees requests it can serve.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from outpost.api.errors import ApiError, bad_request, context_length_exceeded
+from outpost.api.schemas import ChatMessage, ResponseFormat, SamplingFields
+from outpost.engine.chat_template import ChatTemplateError
+from outpost.messages import GenerateRequest, SamplingParams
+
+DEFAULTS = SamplingParams()  # llama-server's defaults live in the dataclass
+
+
+def check_model(requested: str | None, served: str, also: Sequence[str] = ()) -> None:
+    if requested and requested != served and requested not in also:
+        raise ApiError(
+            404,
+            f"the model {requested!r} does not exist here; this server serves {served!r} (see /v1/models)",
+            param="model",
+            code="model_not_found",
+        )
+
+
+def check_n(n: int | None) -> None:
+    if n is not None and n != 1:
+        raise bad_request(f"n={n} is not supported: this server returns exactly one choice (n=1)", param="n")
+
+
+def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    out = []
+    for i, m in enumerate(messages):
+        try:
+            text = m.text()
+        except ValueError as exc:
+            raise bad_request(str(exc), param=f"messages.{i}.content") from exc
+        out.append({"role": "system" if m.role == "developer" else m.role, "content": text})
+    return out
+
+
+def render_chat(engine: Any, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+    try:
+        return str(engine.render_chat(message_dicts(messages), add_generation_prompt=add_generation_prompt))
+    except ChatTemplateError:
+        raise
+    except Exception as exc:  # a template's own jinja code failing on these messages
+        raise bad_request(f"the chat template failed on these messages: {exc}", param="messages") from exc
+
+
+def chat_prompt(engine: Any, messages: list[ChatMessage]) -> tuple[str, list[int]]:
+    text = render_chat(engine, messages)
+    return text, list(engine.tokenize_prompt(text))
+
+
+def prompt_tokens(engine: Any, prompt: str | list[int]) -> list[int]:
+    if isinstance(prompt, str):
+        return list(engine.tokenize_prompt(prompt))
+    check_token_ids(engine, prompt, "prompt")
+    return list(prompt)
+
+
+def check_token_ids(engine: Any, tokens: Sequence[int], param: str) -> None:
+    n_vocab = int(engine.vocab.n_tokens)
+    bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
+    if bad is not None:
+        raise bad_request(f"token id {bad} is out of range: the vocabulary has {n_vocab} tokens", param=param)
+
+
+def resolve_max_tokens(
+    n_prompt: int, requested: int | None, n_ctx_seq: int, default: int, param: str = "max_tokens"
+) -> int:
+    """The output budget; prompt + explicit max_tokens beyond the context is a 400."""
+    room = n_ctx_seq - n_prompt
+    if room < 1:
+        raise context_length_exceeded(
+            f"the prompt has {n_prompt} tokens but this model's context holds {n_ctx_seq} "
+            "(prompt + output): shorten the prompt",
+            param="messages" if param != "max_new_tokens" else "inputs",
+        )
+    if requested is None or requested == -1:
+        return min(default, room) if requested is None else room
+    if requested < 1:
+        raise bad_request(
+            f"{param} must be at least 1 (or -1 for as many as the context allows)", param=param
+        )
+    if n_prompt + requested > n_ctx_seq:
+        raise context_length_exceeded(
+            f"this model's context holds {n_ctx_seq} tokens; the prompt has {n_prompt} and {param} asks "
+            f"for {requested} more: lower {param} to at most {room} or shorten the prompt",
+            param=param,
+        )
+    return requested
+
+
+def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    items = [stop] if isinstance(stop, str) else stop
+    return tuple(s for s in items if s)
+
+
+def logit_bias(engine: Any, bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+    if not bias:
+        return ()
+    n_vocab = int(engine.vocab.n_tokens)
+    out: list[tuple[int, float]] = []
+    for key, value in bias.items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise bad_request(f"logit_bias keys must be token ids, got {key!r}", param="logit_bias") from None
+        if not 0 <= token < n_vocab:
+            raise bad_request(
+                f"logit_bias token id {token} is out of range [0, {n_vocab})", param="logit_bias"
+            )
+        out.append((token, -math.inf if value <= -100.0 else value))
+    return tuple(out)
+
+
+def grammar_for(fmt: ResponseFormat | None) -> str | None:
+    """GBNF text enforcing `response_format`; an unusable schema is a 400."""
+    if fmt is None or fmt.type == "text":
+        return None
+    from outpost.engine import grammar
+
+    schema = fmt.json_schema.json_schema if fmt.json_schema is not None else fmt.inline_schema
+    if fmt.type == "json_schema" and schema is None:
+        raise bad_request("response_format json_schema needs json_schema.schema", param="response_format")
+    if schema is None:
+        return str(grammar.JSON_GRAMMAR)
+    try:
+        return str(grammar.json_schema_to_grammar(schema))
+    except ValueError as exc:
+        raise bad_request(f"invalid JSON schema: {exc}", param="response_format") from exc
+
+
+def sampling_params(engine: Any, body: SamplingFields, n_probs: int = -1) -> SamplingParams:
+    d = DEFAULTS
+    return SamplingParams(
+        temperature=d.temperature if body.temperature is None else body.temperature,
+        top_k=d.top_k if body.top_k is None else max(0, body.top_k),
+        top_p=d.top_p if body.top_p is None else body.top_p,
+        min_p=d.min_p if body.min_p is None else body.min_p,
+        repeat_penalty=d.repeat_penalty if body.repeat_penalty is None else body.repeat_penalty,
+        presence_penalty=body.presence_penalty or 0.0,
+        frequency_penalty=body.frequency_penalty or 0.0,
+        seed=None if body.seed is None or body.seed == -1 else body.seed & 0xFFFFFFFF,
+        logit_bias=logit_bias(engine, body.logit_bias),
+        ignore_eos=bool(body.ignore_eos),
+        grammar=grammar_for(body.response_format),
+        n_probs=n_probs,
+    )
+
+
+def new_request_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def generate_request(
+    tokens: list[int],
+    max_tokens: int,
+    sampling: SamplingParams,
+    stop: tuple[str, ...],
+    request_id: str,
+    timeout: float,
+    arrival: float | None = None,
+) -> GenerateRequest:
+    arrival = time.monotonic() if arrival is None else arrival
+    return GenerateRequest(
+        prompt_tokens=tokens,
+        max_tokens=max_tokens,
+        sampling=sampling,
+        stop=stop,
+        request_id=request_id,
+        deadline=arrival + timeout,
+        arrival_time=arrival,
+    )

@@ -1,0 +1,132 @@
+"""Per-request bookkeeping: the outermost ASGI middleware that counts, logs and gates requests.
+
+For every HTTP request it creates a `RequestRecord` (routes fill in ids, tokens, timings), refuses
+new work with 503 while the server drains, counts `outpost_requests_total{endpoint,status}`, tracks
+the in-flight count that a graceful shutdown waits on, and writes one JSON line to the
+`outpost.access` logger when the reply is done. Prompt and completion text appear in that line only
+with `--log-prompts`; API keys never do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from outpost.api.errors import not_ready
+from outpost.api.generation import Outcome
+from outpost.api.state import ServerState
+
+access_log = logging.getLogger("outpost.access")
+
+RECORD_KEY = "outpost.record"
+# Probes and scrapes: never refused while draining, not counted as in flight, logged only on failure.
+QUIET_PATHS = frozenset({"/health", "/ping", "/metrics"})
+
+
+@dataclass
+class RequestRecord:
+    """What the access log says about one request; routes fill it in."""
+
+    id: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    finish_reason: str | None = None
+    timings: dict[str, Any] | None = None
+    prompt: str | None = None
+    completion: str | None = None
+
+    def add_outcome(self, out: Outcome, prompt: str | None, log_prompts: bool) -> None:
+        self.prompt_tokens += out.n_prompt
+        self.completion_tokens += len(out.token_ids)
+        self.cached_tokens += out.timings.cache_n
+        self.finish_reason = out.finish.value
+        self.timings = out.timings.as_dict()
+        if log_prompts:
+            self.prompt = prompt
+            self.completion = (self.completion or "") + out.text
+
+
+def record_of(request: Request) -> RequestRecord:
+    record = request.scope.get(RECORD_KEY)
+    if not isinstance(record, RequestRecord):
+        record = RequestRecord()
+        request.scope[RECORD_KEY] = record
+    return record
+
+
+def endpoint_label(path: str, known: frozenset[str]) -> str:
+    """The route path for metrics labels; unknown paths share one label (no label explosion)."""
+    if path in known:
+        return path
+    return "/v1/models/{model_id}" if path.startswith("/v1/models/") else "other"
+
+
+class RequestLogMiddleware:
+    def __init__(self, app: ASGIApp, state: ServerState, known_paths: frozenset[str]) -> None:
+        self.app = app
+        self.state = state
+        self.known = known_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        quiet = path in QUIET_PATHS
+        record = RequestRecord()
+        scope[RECORD_KEY] = record
+        status = 500
+        started = time.monotonic()
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                if record.id:
+                    message.setdefault("headers", [])
+                    message["headers"] = [*message["headers"], (b"x-request-id", record.id.encode())]
+            await send(message)
+
+        if not quiet:
+            self.state.inflight += 1
+        try:
+            if not quiet and self.state.status == "draining":
+                await not_ready("draining").response()(scope, receive, send_wrapper)
+            else:
+                await self.app(scope, receive, send_wrapper)
+        finally:
+            if not quiet:
+                self.state.inflight -= 1
+            self.state.metrics.requests.labels(endpoint_label(path, self.known), str(status)).inc()
+            if not quiet or status >= 400:
+                self._log(scope, record, status, time.monotonic() - started)
+
+    def _log(self, scope: Scope, record: RequestRecord, status: int, seconds: float) -> None:
+        line: dict[str, Any] = {
+            "ts": round(time.time(), 3),
+            "id": record.id or None,
+            "method": scope.get("method"),
+            "path": scope["path"],
+            "status": status,
+            "ms": round(seconds * 1000.0, 1),
+        }
+        if record.prompt_tokens or record.completion_tokens:
+            line.update(
+                prompt_tokens=record.prompt_tokens,
+                completion_tokens=record.completion_tokens,
+                cached_tokens=record.cached_tokens,
+                finish_reason=record.finish_reason,
+                timings=record.timings,
+            )
+        if record.prompt is not None:
+            line["prompt"] = record.prompt
+        if record.completion is not None:
+            line["completion"] = record.completion
+        access_log.info(json.dumps(line, ensure_ascii=False))

@@ -1,0 +1,115 @@
+"""Running the app: uvicorn (optionally TLS), logging, and a graceful SIGTERM drain.
+
+On the first SIGTERM (or Ctrl-C) the server keeps listening but answers new requests with 503 and
+/health says `draining`; once the in-flight requests finish, or the grace period ends, uvicorn
+shuts down and the process exits 0. A second signal stops at once. A model that fails to load
+ends the process with exit code 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from outpost.api.app import create_app
+from outpost.api.config import ServerConfig
+from outpost.api.requestlog import access_log
+from outpost.api.state import ServerState
+
+_log = logging.getLogger("outpost.api")
+
+
+def build_engine(config: ServerConfig) -> Any:
+    """Load the model and start its engine thread (runs in a worker thread at startup)."""
+    from outpost.runtime import Engine
+
+    return Engine(config.engine_config(), max_queue=config.max_queue, prefix_cache=config.prefix_cache)
+
+
+def configure_logging() -> None:
+    """Access lines (one JSON object each) and server notices to stderr, unformatted."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access_log.handlers[:] = [handler]
+    access_log.setLevel(logging.INFO)
+    access_log.propagate = False
+    notices = logging.getLogger("outpost.api")
+    if notices.level == logging.NOTSET or notices.level > logging.INFO:
+        notices.setLevel(logging.INFO)
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn.Server whose first exit signal drains in-flight requests instead of closing at once."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState, url: str) -> None:
+        super().__init__(config)
+        self.state = state
+        self.url = url
+        self.exit_code = 0
+        self._signalled_at: float | None = None
+        self._announced = False
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._signalled_at is None and not self.should_exit:
+            self._signalled_at = time.monotonic()  # acted on in on_tick, outside the signal handler
+            return
+        super().handle_exit(sig, frame)  # a second signal: stop now
+
+    async def on_tick(self, counter: int) -> bool:
+        state = self.state
+        if not self._announced and state.status in ("ok", "failed"):
+            self._announced = True
+            if state.status == "ok":
+                _log.info(
+                    "ready: serving %s on %s (%d slots)",
+                    state.model_id,
+                    self.url,
+                    state.config.parallel,
+                )
+        if state.status == "failed" and not self.should_exit:
+            self.exit_code = 1
+            self.should_exit = True
+        if self._signalled_at is not None:
+            if state.status != "draining":
+                state.begin_drain()
+            grace = state.config.grace_period
+            if state.inflight == 0 or time.monotonic() - self._signalled_at >= grace:
+                if state.inflight:
+                    _log.warning("grace period over: cancelling %d request(s)", state.inflight)
+                self.should_exit = True
+        return await super().on_tick(counter)
+
+
+def serve(config: ServerConfig, engine_factory: Callable[[], Any] | None = None) -> int:
+    """Serve until stopped; returns the process exit code."""
+    config.engine_config()  # a bad model file is a usage error, before anything starts
+    configure_logging()
+    app = create_app(engine_factory or partial(build_engine, config), config)
+    uv_config = uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        ssl_keyfile=config.ssl_keyfile,
+        ssl_certfile=config.ssl_certfile,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+        timeout_keep_alive=5,
+    )
+    scheme = "https" if config.tls else "http"
+    url = f"{scheme}://{config.host}:{config.port}"
+    _log.info("loading %s; listening on %s", config.model_path, url)
+    server = DrainingServer(uv_config, app.state.server, url)
+    server.run()
+    return server.exit_code
+
+
+__all__ = ["DrainingServer", "build_engine", "serve"]

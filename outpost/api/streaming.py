@@ -1,0 +1,186 @@
+"""Server-sent events for streamed completions, as OpenAI sends them.
+
+Chat: a role chunk, content chunks, a chunk with `finish_reason` (and llama-server's `timings`),
+an optional usage chunk (`stream_options.include_usage`), then `data: [DONE]`. Text completions
+likewise, with one `index` per prompt. An error after the reply has started (timeout, engine
+failure) is one `data: {"error": {...}}` event followed by `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from outpost.api import render
+from outpost.api.errors import ApiError
+from outpost.api.generation import Generation, Outcome, finish_error
+from outpost.api.requestlog import RequestRecord
+
+_log = logging.getLogger("outpost.api")
+T = TypeVar("T")
+
+DONE = b"data: [DONE]\n\n"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+class _SseResponse(StreamingResponse):
+    """A StreamingResponse that aborts its generations however it ends, even before the first byte."""
+
+    def __init__(self, body: AsyncIterator[bytes], generations: list[Generation]) -> None:
+        super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        self._generations = generations
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            for gen in self._generations:  # a no-op for the ones that finished
+                await gen.cancel()
+
+
+def sse_response(body: AsyncIterator[bytes], generations: list[Generation]) -> StreamingResponse:
+    return _SseResponse(body, generations)
+
+
+@dataclass
+class StreamSpec:
+    """What a stream needs besides its generations."""
+
+    rid: str
+    model: str
+    vocab: Any
+    logprobs: bool
+    include_usage: bool
+    timeout: float
+    record: RequestRecord
+    log_prompts: bool
+    prompts: list[str]
+
+
+def _internal_error(exc: BaseException) -> ApiError:
+    _log.error("stream failed", exc_info=exc)
+    return ApiError(500, "internal server error; see the server log", type="server_error")
+
+
+async def chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes]:
+    created = int(time.time())
+    out = gen.new_outcome()
+    yield sse(render.chat_chunk(spec.rid, spec.model, created, {"role": "assistant", "content": ""}))
+    try:
+        async for event in gen.events():
+            out.add(event)
+            lp = (
+                render.chat_logprobs(spec.vocab, event.logprobs) if spec.logprobs and event.logprobs else None
+            )
+            if event.text or lp:
+                yield sse(
+                    render.chat_chunk(spec.rid, spec.model, created, {"content": event.text}, logprobs=lp)
+                )
+            if not event.finished:
+                continue
+            err = finish_error(event.finish_reason, event.error, spec.timeout)
+            if err is not None:
+                yield sse(err.body())
+                break
+            timings = out.timings.as_dict()
+            reason = render.finish_reason(event.finish_reason)
+            yield sse(render.chat_chunk(spec.rid, spec.model, created, {}, finish=reason, timings=timings))
+            if spec.include_usage:
+                use = render.usage(out.n_prompt, len(out.token_ids), out.timings.cache_n)
+                yield sse(
+                    render.usage_chunk("chat.completion.chunk", spec.rid, spec.model, created, use, timings)
+                )
+    except Exception as exc:
+        yield sse(_internal_error(exc).body())
+    finally:
+        spec.record.add_outcome(out, spec.prompts[0], spec.log_prompts)
+    yield DONE
+
+
+async def completion_stream(gens: list[Generation], spec: StreamSpec) -> AsyncIterator[bytes]:
+    created = int(time.time())
+    outs = [g.new_outcome() for g in gens]
+    try:
+        async for index, event in merge([g.events() for g in gens]):
+            out = outs[index]
+            out.add(event)
+            lp = None
+            if spec.logprobs and event.logprobs:
+                lp = render.completion_logprobs(spec.vocab, event.logprobs, len(out.text) - len(event.text))
+            err = finish_error(event.finish_reason, event.error, spec.timeout) if event.finished else None
+            if err is not None:
+                yield sse(err.body())
+                break
+            if event.text or lp or event.finished:
+                reason = render.finish_reason(event.finish_reason)
+                yield sse(render.text_chunk(spec.rid, spec.model, created, index, event.text, lp, reason))
+        else:
+            if spec.include_usage:
+                yield sse(_usage_chunk(spec, created, outs))
+    except Exception as exc:
+        yield sse(_internal_error(exc).body())
+    finally:
+        for prompt, out in zip(spec.prompts, outs, strict=False):
+            spec.record.add_outcome(out, prompt, spec.log_prompts)
+    yield DONE
+
+
+def _usage_chunk(spec: StreamSpec, created: int, outs: list[Outcome]) -> dict[str, Any]:
+    use = render.usage(
+        sum(o.n_prompt for o in outs),
+        sum(len(o.token_ids) for o in outs),
+        sum(o.timings.cache_n for o in outs),
+    )
+    return render.usage_chunk(
+        "text_completion", spec.rid, spec.model, created, use, outs[0].timings.as_dict()
+    )
+
+
+async def merge(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
+    """Items of several async iterators as they come, tagged with the iterator's index."""
+    if len(streams) == 1:
+        async for item in streams[0]:
+            yield 0, item
+        return
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+    end = object()
+
+    async def pump(index: int, stream: AsyncIterator[T]) -> None:
+        try:
+            async for item in stream:
+                queue.put_nowait((index, item))
+        except Exception as exc:
+            queue.put_nowait((index, exc))
+            return
+        queue.put_nowait((index, end))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            index, item = await queue.get()
+            if item is end:
+                remaining -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
