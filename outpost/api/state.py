@@ -85,6 +85,10 @@ class ServerState:
             with self._embed_lock:
                 return embedder.embed(texts)
 
+        if self.engine is not None and self.engine.core.alive:
+            # On the engine thread, between steps: a second thread driving llama.cpp's OpenMP
+            # kernels would throttle their spin-waits and slow every decode down.
+            return await asyncio.wrap_future(self.engine.core.run_on_engine_thread(run))
         return await asyncio.to_thread(run)
 
     def close(self) -> None:
