@@ -26,18 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from common import bench_model, log, same_weight_layout_for_llama_cpp_python
 
 from outpost.engine.config import EngineConfig
 from outpost.messages import GenerateRequest, SamplingParams
-from outpost.models import outpost_home, write_synthetic_model
 from outpost.runtime import Engine
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 PARALLEL = (1, 2, 4, 8)
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def copy_bandwidth_bytes_per_s() -> float:
@@ -50,15 +46,6 @@ def copy_bandwidth_bytes_per_s() -> float:
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - t0)
     return 2 * src.nbytes / best
-
-
-def bench_model(shape: str, quant: str) -> Path:
-    path = outpost_home() / "bench" / f"{shape}-{quant}.gguf"
-    if not path.exists():
-        log(f"writing synthetic {shape} {quant} model to {path} ...")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_synthetic_model(shape, path, quant=quant, seed=0)
-    return path
 
 
 def make_prompt(engine: Engine, n_tokens: int, salt: int = 0) -> list[int]:
@@ -134,21 +121,6 @@ def llama_bench_decode(
     return float(json.loads(proc.stdout)[0]["avg_ts"])
 
 
-def _same_weight_layout_for_llama_cpp_python(use_extra_bufts: bool) -> None:
-    """`Llama` has no repack switch; set it through the defaults it reads, so all three engines run
-    the same kernels (and on AMX CPUs the baseline does not hit llama.cpp's AMX crash)."""
-    import llama_cpp.llama_cpp as bindings  # the module `Llama` itself reads
-
-    original = bindings.llama_model_default_params
-
-    def patched() -> Any:
-        params = original()
-        params.use_extra_bufts = use_extra_bufts
-        return params
-
-    bindings.llama_model_default_params = patched
-
-
 class LlamaCppPythonWorker:
     """llama-cpp-python's `Llama` in a process of its own: two threads driving llama.cpp's OpenMP
     kernels in one process throttle each other's spin-waits and would slow both engines down."""
@@ -184,7 +156,7 @@ def baseline_worker(args: argparse.Namespace) -> None:
     """The child side of LlamaCppPythonWorker: one measurement per JSON line on stdin."""
     from llama_cpp import Llama
 
-    _same_weight_layout_for_llama_cpp_python(bool(args.repack))
+    same_weight_layout_for_llama_cpp_python(bool(args.repack))
     llm = Llama(
         args.baseline_worker,
         n_ctx=4096,

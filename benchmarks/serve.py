@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from common import bench_model, log, same_weight_layout_for_llama_cpp_python
 
 from outpost.engine.config import EngineConfig, available_cpus
-from outpost.models import outpost_home, write_synthetic_model
 
 LEVELS = (1, 4, 8)
 LCP_WORKER = "--llama-cpp-python-server"
@@ -40,19 +40,6 @@ WORDS = (
     "river stone lantern orchard copper meadow harbor signal winter garden pilot ledger canyon "
     "thunder violet engine marble forest quiet rapid silver market bridge candle desert falcon"
 ).split()
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def bench_model(shape: str, quant: str) -> Path:
-    path = outpost_home() / "bench" / f"{shape}-{quant}.gguf"
-    if not path.exists():
-        log(f"writing synthetic {shape} {quant} model to {path} ...")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_synthetic_model(shape, path, quant=quant, seed=0)
-    return path
 
 
 def eog_tokens(model: Path) -> list[int]:
@@ -321,19 +308,10 @@ def run_llama_cpp_python_server(argv: list[str]) -> None:
     on AMX CPUs llama.cpp's extra buffer types crash batched decode of quantized weights."""
     import runpy
 
-    import llama_cpp.llama_cpp as bindings
-
     use_extra_bufts = EngineConfig.model_validate(
         {"model_path": argv[argv.index("--model") + 1]}
     ).use_extra_bufts
-    original = bindings.llama_model_default_params
-
-    def patched() -> Any:
-        params = original()
-        params.use_extra_bufts = use_extra_bufts
-        return params
-
-    bindings.llama_model_default_params = patched
+    same_weight_layout_for_llama_cpp_python(use_extra_bufts)
     sys.argv = ["llama_cpp.server", *argv]
     runpy.run_module("llama_cpp.server", run_name="__main__")
 

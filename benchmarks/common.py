@@ -1,0 +1,39 @@
+"""Pieces both benchmark scripts use: stderr logging, the cached synthetic models, and making
+llama-cpp-python load weights with the same layout Outpost uses."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from outpost.models import outpost_home, write_synthetic_model
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def bench_model(shape: str, quant: str) -> Path:
+    """$OUTPOST_HOME/bench/SHAPE-QUANT.gguf, written once (seed 0) and reused."""
+    path = outpost_home() / "bench" / f"{shape}-{quant}.gguf"
+    if not path.exists():
+        log(f"writing synthetic {shape} {quant} model to {path} ...")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_synthetic_model(shape, path, quant=quant, seed=0)
+    return path
+
+
+def same_weight_layout_for_llama_cpp_python(use_extra_bufts: bool) -> None:
+    """llama-cpp-python has no repack switch; set it through the defaults `Llama` reads, so every
+    engine runs the same kernels (and on AMX CPUs the baseline avoids llama.cpp's AMX crash)."""
+    import llama_cpp.llama_cpp as bindings  # the module `Llama` itself reads
+
+    original = bindings.llama_model_default_params
+
+    def patched() -> Any:
+        params = original()
+        params.use_extra_bufts = use_extra_bufts
+        return params
+
+    bindings.llama_model_default_params = patched
