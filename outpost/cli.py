@@ -92,6 +92,12 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("--log-prompts", action="store_true", default=None, help="log prompt and answer text")
     p.add_argument("--chat-template", help="jinja chat template file overriding the model's")
     p.add_argument("--no-prefix-cache", action="store_false", dest="prefix_cache", default=None)
+    p.add_argument(
+        "--cache-idle-cells",
+        type=int,
+        help="KV cells finished requests keep for prefix reuse once others run (default 0: every "
+        "decode attends over every used cell, so idle caches slow all requests)",
+    )
     p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
     p.set_defaults(handler=_cmd_serve)
 
@@ -159,7 +165,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 _SERVE_OPTIONS = (
     "model_id parallel ctx_size threads n_gpu_layers split_mode batch_size ubatch_size host port max_queue "
     "request_timeout max_body default_max_tokens embedding_model ssl_keyfile ssl_certfile log_prompts "
-    "prefix_cache grace_period"
+    "prefix_cache cache_idle_cells grace_period"
 ).split()
 
 

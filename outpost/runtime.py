@@ -20,7 +20,13 @@ from outpost.scheduler import Scheduler, SchedulerConfig
 class Engine:
     """A loaded model served by its own engine thread. `close()` stops the thread, then frees."""
 
-    def __init__(self, config: EngineConfig, max_queue: int = 64, prefix_cache: bool = True) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        max_queue: int = 64,
+        prefix_cache: bool = True,
+        idle_cache_cells: int = 0,
+    ) -> None:
         self.model = LoadedModel(config)
         try:
             self.runner = ModelRunner(self.model)
@@ -32,6 +38,7 @@ class Engine:
                 max_queue=max_queue,
                 step_token_budget=self.model.n_batch,
                 prefix_cache=prefix_cache,
+                idle_cache_cells=idle_cache_cells,
             )
             self.core = EngineCore(Scheduler(self.scheduler_config), self.runner, on_close=self.model.close)
         except BaseException:

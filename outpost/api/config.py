@@ -40,6 +40,9 @@ class ServerConfig(BaseModel):
     batch_size: int = Field(512, ge=1, description="tokens per decode step (-b)")
     ubatch_size: int = Field(512, ge=1, description="physical micro-batch (-ub)")
     prefix_cache: bool = True
+    cache_idle_cells: int = Field(
+        0, ge=0, description="KV cells finished requests may keep for prefix reuse while others run"
+    )
     # HTTP.
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535, description="8080 is also SageMaker's port")

@@ -30,7 +30,12 @@ def build_engine(config: ServerConfig) -> Any:
     """Load the model and start its engine thread (runs in a worker thread at startup)."""
     from outpost.runtime import Engine
 
-    return Engine(config.engine_config(), max_queue=config.max_queue, prefix_cache=config.prefix_cache)
+    return Engine(
+        config.engine_config(),
+        max_queue=config.max_queue,
+        prefix_cache=config.prefix_cache,
+        idle_cache_cells=config.cache_idle_cells,
+    )
 
 
 def configure_logging() -> None:

@@ -107,6 +107,25 @@ class SlotPool:
             return None
         return self.clear(min(idle, key=_lru_key))
 
+    def trim_idle(self, budget: int, keep: tuple[Slot | None, ...]) -> list[MemoryOp]:
+        """Drops idle caches (oldest first) until the rest hold at most `budget` tokens.
+
+        Without a prefix cache no idle cache can ever be reused, so all of them go."""
+        if not self.prefix_cache:
+            budget = 0
+        idle = sorted(
+            (s for s in self.slots if not s.busy and s.cached and s not in keep),
+            key=_lru_key,
+            reverse=True,
+        )
+        ops: list[MemoryOp] = []
+        kept = 0
+        for slot in idle:
+            kept += len(slot.cached)
+            if kept > budget:
+                ops += self.clear(slot)
+        return ops
+
 
 def _lru_key(slot: Slot) -> int:
     return slot.last_used

@@ -124,7 +124,7 @@ def test_prefix_cache_off_always_starts_from_scratch() -> None:
 
 
 def test_unrelated_prompt_takes_the_least_recently_used_slot() -> None:
-    h = Harness(SchedulerConfig(n_slots=3, n_ctx=512, n_ctx_seq=512))
+    h = Harness(SchedulerConfig(n_slots=3, n_ctx=512, n_ctx_seq=512, idle_cache_cells=512))
     for i in range(3):  # slots 0, 1, 2 used and released in that order
         h.add(prompt(5, base=1000 * (i + 1)), max_tokens=1)
         h.run()

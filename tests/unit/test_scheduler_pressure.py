@@ -25,7 +25,7 @@ def setups_with_prompt(h: Harness, p: list[int]) -> list[tuple[int, ...]]:
 
 
 def test_idle_caches_are_evicted_lru_first_before_admission() -> None:
-    h = Harness(SchedulerConfig(n_slots=3, n_ctx=64, n_ctx_seq=32, step_token_budget=32))
+    h = Harness(SchedulerConfig(n_slots=3, n_ctx=64, n_ctx_seq=32, step_token_budget=32, idle_cache_cells=64))
     for base in (1000, 2000):  # slots 0 then 1 keep 21 cells each
         h.add(prompt(20, base=base), max_tokens=2)
         h.run()
@@ -58,7 +58,10 @@ def test_full_cache_preempts_the_youngest_and_recomputes() -> None:
 
 def test_no_kv_slot_evicts_idle_caches_first() -> None:
     runner = FakeRunner(capacity=40)
-    h = Harness(SchedulerConfig(n_slots=2, n_ctx=128, n_ctx_seq=64, step_token_budget=32), runner)
+    h = Harness(
+        SchedulerConfig(n_slots=2, n_ctx=128, n_ctx_seq=64, step_token_budget=32, idle_cache_cells=128),
+        runner,
+    )
     h.add(prompt(20), max_tokens=2)
     h.run()  # slot 0 keeps 21 cells
     rid = h.add(prompt(25, base=500), max_tokens=3)  # 21 + 25 > 40: llama.cpp says 1
@@ -197,3 +200,45 @@ def test_random_traffic_keeps_every_invariant(seed: int) -> None:
         assert got == expected[: len(got)], rid  # never a wrong or repeated token
         if final.finish_reason == FinishReason.LENGTH:
             assert len(got) == min(n, config.n_ctx_seq - len(p))
+
+
+def test_admission_drops_idle_caches_beyond_the_budget() -> None:
+    """In a unified KV cache every decode attends over every used cell: idle caches that the new
+    request does not reuse go when it is admitted (budget 0, the default)."""
+    h = Harness(SchedulerConfig(n_slots=3, n_ctx=256, n_ctx_seq=64, step_token_budget=32))
+    h.add(prompt(20, base=1000), max_tokens=2)
+    h.run()
+    assert h.sched.kv_cells_used == 21  # nothing admitted since: the cache stays
+    h.add(prompt(10, base=3000), max_tokens=2)  # reuses nothing: goes to slot 1, slot 0 goes
+    h.step()
+    assert SeqRemove(0) in h.runner.steps[-1].memory_ops
+    h.run()
+    assert h.sched.kv_cells_used == 11
+
+
+def test_admission_keeps_the_reused_cache_and_the_newest_within_budget() -> None:
+    h = Harness(
+        SchedulerConfig(n_slots=4, n_ctx=256, n_ctx_seq=64, step_token_budget=32, idle_cache_cells=25)
+    )
+    shared = prompt(20, base=1000)
+    for base in (2000, 3000):  # slots 0 and 1: unrelated, 21 cells each, slot 1 the newer
+        h.add(prompt(20, base=base), max_tokens=2)
+        h.run()
+    h.add(shared, max_tokens=2)  # slot 2; budget 25 keeps slot 1 (21 cells), drops slot 0
+    h.step()
+    assert SeqRemove(0) in h.runner.steps[-1].memory_ops
+    assert SeqRemove(1) not in h.runner.steps[-1].memory_ops
+    h.run()
+    rid = h.add([*shared, 7, 8], max_tokens=2)  # reuses slot 2's prefix; slot 1 still fits the budget
+    h.run()
+    assert h.final(rid).timings is not None and h.final(rid).timings.cache_n == 20
+    assert len(h.sched.cached_tokens(1)) == 21
+
+
+def test_without_prefix_cache_no_idle_cache_survives_an_admission() -> None:
+    h = Harness(SchedulerConfig(n_slots=2, n_ctx=256, n_ctx_seq=64, prefix_cache=False, idle_cache_cells=256))
+    h.add(prompt(20, base=1000), max_tokens=2)
+    h.run()
+    h.add(prompt(20, base=1000), max_tokens=2)  # same prompt, but no prefix cache: slot 1, slot 0 dropped
+    h.step()
+    assert SeqRemove(0) in h.runner.steps[-1].memory_ops
