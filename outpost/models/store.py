@@ -1,0 +1,181 @@
+"""The model store under $OUTPOST_HOME/models: pulled GGUF files and one manifest per model.
+
+Layout (every write lands by an atomic rename, so a reader never sees half a file):
+    models/gguf/<owner>/<repo>/<file>.gguf   the model, under its Hub file name (the served id is its stem)
+    models/manifests/<key>.json              a Manifest; a model exists in the store iff its manifest does
+    models/.partial/<checksum>.part          downloads in progress, resumed by the next pull
+A model is identified by (repo, file), so `pull smollm2:1.7b` and `pull bartowski/...:q4_K_M` are the
+same model. `resolve()` maps whatever a user types after -m (catalog name, repo[:quant], store name)
+onto a manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import quote
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from outpost.models.catalog import DEFAULT_QUANT, parse_model_ref
+from outpost.models.home import outpost_home
+
+__all__ = ["AmbiguousModel", "Manifest", "ModelNotPulled", "ModelStore", "resolve_model_arg"]
+
+
+class ModelNotPulled(ValueError):
+    """A valid model name that is not in the store (the CLI's exit 2, with the pull hint)."""
+
+
+class AmbiguousModel(ValueError):
+    """A name that matches several stored models."""
+
+
+class Manifest(BaseModel):
+    """Everything `outpost models show` says about a pulled model."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    schema_version: int = 1
+    name: str = Field(description="store name: family:size-quant for catalog repos, else owner/repo:quant")
+    source_repo: str
+    revision: str = Field(description="commit sha the file was downloaded at")
+    endpoint: str = Field(description="the Hub it came from (HF_ENDPOINT)")
+    file: str = Field(description="path of the file in the repo")
+    path: str = Field(description="the file, relative to the store root")
+    size: int
+    sha256: str
+    verified: str = Field(description="what the hub's metadata let pull check: sha256, git-sha1 or size")
+    quant: str
+    file_type: str = Field(description="general.file_type as llama.cpp names it")
+    architecture: str
+    parameters: int
+    context_length: int | None
+    chat_template: bool
+    pulled_at: str
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+class ModelStore:
+    """Pulled models on disk. Cheap to create; reads the manifests directory on each call."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = Path(root) if root is not None else outpost_home() / "models"
+
+    @property
+    def partial_dir(self) -> Path:
+        return self.root / ".partial"
+
+    def file_path(self, repo: str, filename: str) -> Path:
+        return self.root / "gguf" / repo / filename
+
+    def _manifest_path(self, repo: str, filename: str) -> Path:
+        return self.root / "manifests" / (quote(f"{repo}/{filename}", safe="") + ".json")
+
+    def manifests(self) -> list[Manifest]:
+        """All models in the store, by name. Unreadable manifests are skipped, not fatal."""
+        found = []
+        for path in sorted((self.root / "manifests").glob("*.json")):
+            try:
+                found.append(Manifest.model_validate_json(path.read_bytes()))
+            except (OSError, ValidationError, ValueError):
+                continue
+        return sorted(found, key=lambda m: m.name)
+
+    def find(self, repo: str, filename: str) -> Manifest | None:
+        path = self._manifest_path(repo, filename)
+        try:
+            return Manifest.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError, ValueError):
+            return None
+
+    def path_of(self, manifest: Manifest) -> Path:
+        return self.root / manifest.path
+
+    def add(self, verified_file: Path, manifest: Manifest) -> Manifest:
+        """Move a verified download into place, then publish its manifest (the model exists from then)."""
+        dest = self.file_path(manifest.source_repo, manifest.file)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(verified_file, dest)
+        manifest = manifest.model_copy(update={"path": dest.relative_to(self.root).as_posix()})
+        mpath = self._manifest_path(manifest.source_repo, manifest.file)
+        mpath.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write_text(mpath, json.dumps(manifest.model_dump(), indent=2) + "\n")
+        return manifest
+
+    def remove(self, manifest: Manifest) -> Path:
+        """Delete a model: the manifest first (so it is gone at once), then its file."""
+        self._manifest_path(manifest.source_repo, manifest.file).unlink(missing_ok=True)
+        path = self.path_of(manifest)
+        path.unlink(missing_ok=True)
+        for parent in (path.parent, path.parent.parent):  # tidy gguf/<owner>/<repo>; stops at non-empty
+            if parent != self.root and parent.is_dir() and not any(parent.iterdir()):
+                parent.rmdir()
+        return path
+
+    def resolve(self, name: str) -> Manifest:
+        """The stored model `name` means; ValueError (with the `outpost pull` hint) if none."""
+        by_name = [m for m in self.manifests() if m.name.lower() == name.strip().lower()]
+        if by_name:
+            return by_name[0]
+        ref = parse_model_ref(name)
+        found = [
+            m
+            for m in self.manifests()
+            if m.source_repo.lower() == ref.repo.lower()
+            and (ref.quant is None or m.quant == ref.quant)
+            and (ref.filename is None or m.file.rsplit("/", 1)[-1].lower() == ref.filename.lower())
+        ]
+        if len(found) > 1:
+            found = [m for m in found if m.quant == DEFAULT_QUANT] or found
+        if len(found) > 1:
+            names = ", ".join(m.name for m in found)
+            raise AmbiguousModel(f"{name!r} matches several pulled models ({names}); give the quant")
+        if not found:
+            raise ModelNotPulled(
+                f"model {name!r} is not a file and not in the model store ({self.root}); "
+                f"download it first: outpost pull {name}"
+            )
+        return found[0]
+
+
+def _looks_like_path(arg: str) -> bool:
+    return arg.lower().endswith(".gguf") or arg.startswith(("/", "./", "../", "~", "."))
+
+
+def resolve_model_arg(arg: str) -> str:
+    """What -m means: an existing path (or anything path-like) as given, else a store name's file.
+
+    Never downloads: a name not in the store is a ValueError telling the user to `outpost pull` it.
+    """
+    if Path(arg).expanduser().exists() or _looks_like_path(arg):
+        return arg
+    store = ModelStore()
+    try:
+        manifest = store.resolve(arg)
+    except (ModelNotPulled, AmbiguousModel):
+        raise
+    except ValueError as exc:  # not even a valid name
+        raise ValueError(f"{arg!r} is neither a file nor a model name: {exc}") from exc
+    path = store.path_of(manifest)
+    if not path.is_file():
+        raise ValueError(f"the file of {manifest.name} is missing ({path}): outpost pull {manifest.name}")
+    return str(path)
