@@ -44,7 +44,9 @@ class EngineConfig(BaseModel):
     main_gpu: int = Field(0, ge=0)
     tensor_split: tuple[float, ...] = ()
     flash_attn: Literal["auto", "on", "off"] = "auto"
-    kv_cache_type: Literal["f16", "q8_0"] = "f16"
+    kv_cache_type: Literal["f16", "q8_0", "f32"] = Field(
+        "f16", description="K/V cache element type; f32 (with flash_attn off) for exact numerical checks"
+    )
     repack: Literal["auto", "on", "off"] = Field(
         "auto",
         description="llama.cpp's extra CPU weight layouts (repacked q4_0 on ARM, AMX on Intel); "

@@ -28,7 +28,7 @@ _FLASH_ATTN = {
     "off": llama.LLAMA_FLASH_ATTN_TYPE_DISABLED,
 }
 DEFAULT_MAX_CTX = 8192
-_KV_TYPES = {"f16": llama.GGML_TYPE_F16, "q8_0": llama.GGML_TYPE_Q8_0}
+_KV_TYPES = {"f16": llama.GGML_TYPE_F16, "q8_0": llama.GGML_TYPE_Q8_0, "f32": llama.GGML_TYPE_F32}
 
 
 class ModelLoadError(RuntimeError):

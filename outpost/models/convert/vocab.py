@@ -1,0 +1,189 @@
+"""A converted tokenizer: the GGUF vocabulary, its special tokens, add_bos/add_eos and chat template.
+
+Owns the parts common to both tokenizer kinds: reading tokenizer_config.json / tokenizer.json /
+config.json for special tokens (tokenizer_config first, then config.json's ids, then the kind's own
+defaults), deciding add_bos/add_eos (an explicit tokenizer_config flag, else what tokenizer.json's
+post-processor template does, as transformers >= 5 stores it), the chat template (chat_template.jinja
+or tokenizer_config.json), and writing all of it as `tokenizer.*` metadata. Which kind a directory
+holds is decided in `load_vocab`; vocab_bpe.py and vocab_spm.py build the token lists.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gguf import GGUFWriter, TokenType
+
+SPECIAL_KINDS = ("bos", "eos", "unk", "pad")
+
+
+@dataclass
+class GGUFVocab:
+    """Everything `tokenizer.*` in the GGUF says. tokens[i] is token id i."""
+
+    model: str  # "gpt2" (byte-level BPE) or "llama" (SentencePiece)
+    pre: str
+    tokens: list[str]
+    types: list[int]
+    scores: list[float] | None = None
+    merges: list[str] = field(default_factory=list)
+    special_ids: dict[str, int] = field(default_factory=dict)
+    add_bos: bool = False
+    add_eos: bool = False
+    add_space_prefix: bool | None = None
+    chat_template: str | list[dict[str, str]] | None = None
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from a file, or {} when the file does not exist."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def padded(n_rows: int, used: int, what: str) -> tuple[list[str], list[int]]:
+    """A token list of the embedding's size, filled with unused "[PADi]" entries.
+
+    Checkpoints often have more embedding rows than tokens (Qwen2.5: 151936 rows for 151665
+    tokens); llama.cpp needs exactly one vocabulary entry per row.
+    """
+    if used > n_rows:
+        raise ValueError(f"the tokenizer has {used} tokens but the embedding only {n_rows} rows ({what})")
+    return [f"[PAD{i}]" for i in range(n_rows)], [int(TokenType.UNUSED)] * n_rows
+
+
+def added_tokens(model_dir: Path, tokenizer_json: dict[str, Any]) -> dict[int, tuple[str, bool]]:
+    """Added tokens by id: (content, special), from tokenizer.json and tokenizer_config.json."""
+    found: dict[int, tuple[str, bool]] = {}
+    config = read_json(model_dir / "tokenizer_config.json")
+    for key, data in (config.get("added_tokens_decoder") or {}).items():
+        found[int(key)] = (str(data["content"]), bool(data.get("special")))
+    for data in tokenizer_json.get("added_tokens") or []:
+        found[int(data["id"])] = (str(data["content"]), bool(data.get("special")))
+    return found
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def find_special_ids(model_dir: Path, tokens: list[str], fallback: dict[str, int]) -> dict[str, int]:
+    """bos/eos/unk/pad ids: tokenizer_config.json's token text, else config.json's ids, else `fallback`."""
+    tok_config = read_json(model_dir / "tokenizer_config.json")
+    model_config = read_json(model_dir / "config.json")
+    index = {text: i for i, text in reversed(list(enumerate(tokens)))}  # first id wins
+    ids: dict[str, int] = {}
+    for kind in SPECIAL_KINDS:
+        text = _token_text(tok_config.get(f"{kind}_token"))
+        config_id = model_config.get(f"{kind}_token_id")
+        if isinstance(config_id, list):  # e.g. Llama 3: several EOS ids; llama.cpp finds the rest by text
+            config_id = config_id[0] if config_id else None
+        if text is not None and text in index:
+            ids[kind] = index[text]
+        elif isinstance(config_id, int) and 0 <= config_id < len(tokens):
+            ids[kind] = config_id
+        elif kind in fallback and 0 <= fallback[kind] < len(tokens):
+            ids[kind] = fallback[kind]
+    return ids
+
+
+def _template_adds(tokenizer_json: dict[str, Any], token: str | None, first: bool) -> bool | None:
+    """Whether tokenizer.json's post-processor puts `token` first (or last) around a single text."""
+    post = tokenizer_json.get("post_processor")
+    nodes = (
+        post.get("processors", []) if isinstance(post, dict) and post.get("type") == "Sequence" else [post]
+    )
+    for node in nodes:
+        if isinstance(node, dict) and node.get("type") == "TemplateProcessing":
+            single = node.get("single") or []
+            if not single:
+                return False
+            edge = single[0] if first else single[-1]
+            return token is not None and edge.get("SpecialToken", {}).get("id") == token
+    return None
+
+
+def add_special_flags(
+    model_dir: Path, tokenizer_json: dict[str, Any], tokens: list[str], ids: dict[str, int], default_bos: bool
+) -> tuple[bool, bool]:
+    """(add_bos, add_eos) as the HF tokenizer applies them to a plain text."""
+    tok_config = read_json(model_dir / "tokenizer_config.json")
+    result = []
+    for kind, first, default in (("bos", True, default_bos), ("eos", False, False)):
+        flag = tok_config.get(f"add_{kind}_token")
+        if isinstance(flag, bool):
+            result.append(flag)
+            continue
+        text = tokens[ids[kind]] if kind in ids else None
+        from_template = _template_adds(tokenizer_json, text, first)
+        result.append(default if from_template is None else from_template)
+    return result[0], result[1]
+
+
+def chat_template(model_dir: Path) -> str | list[dict[str, str]] | None:
+    """chat_template.jinja (transformers >= 4.43 saves it apart), else tokenizer_config.json's."""
+    jinja = model_dir / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    template = read_json(model_dir / "tokenizer_config.json").get("chat_template")
+    if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+        return [{"name": str(t["name"]), "template": str(t["template"])} for t in template]
+    if isinstance(template, str):
+        return template
+    return read_json(model_dir / "chat_template.json").get("chat_template")
+
+
+def load_vocab(model_dir: Path, n_rows: int, pre_override: str | None = None) -> GGUFVocab:
+    """The vocabulary for a model whose embedding has `n_rows` rows.
+
+    A byte-level BPE tokenizer.json wins; otherwise a SentencePiece tokenizer.model; anything else
+    is refused with the reason.
+    """
+    from outpost.models.convert.vocab_bpe import is_byte_level, load_bpe
+    from outpost.models.convert.vocab_spm import load_spm
+
+    tokenizer_json = read_json(model_dir / "tokenizer.json")
+    if tokenizer_json and is_byte_level(tokenizer_json):
+        vocab = load_bpe(model_dir, tokenizer_json, n_rows, pre_override)
+    elif (model_dir / "tokenizer.model").is_file():
+        vocab = load_spm(model_dir, tokenizer_json, n_rows)
+    elif tokenizer_json:
+        kind = (tokenizer_json.get("model") or {}).get("type")
+        raise ValueError(
+            f"{model_dir}/tokenizer.json is a {kind} tokenizer that is not byte-level, and there is no "
+            "tokenizer.model; outpost convert reads byte-level BPE tokenizer.json or SentencePiece "
+            "tokenizer.model"
+        )
+    else:
+        raise FileNotFoundError(f"no tokenizer.json or tokenizer.model in {model_dir}")
+    vocab.chat_template = chat_template(model_dir)
+    return vocab
+
+
+def write_vocab(writer: GGUFWriter, vocab: GGUFVocab) -> None:
+    """The tokenizer.ggml.* keys and the chat template."""
+    writer.add_tokenizer_model(vocab.model)
+    writer.add_tokenizer_pre(vocab.pre)
+    writer.add_token_list(vocab.tokens)
+    writer.add_token_types(vocab.types)
+    if vocab.scores is not None:
+        writer.add_token_scores(vocab.scores)
+    if vocab.merges:
+        writer.add_token_merges(vocab.merges)
+    for kind, token_id in vocab.special_ids.items():
+        getattr(writer, f"add_{kind}_token_id")(token_id)
+    writer.add_add_bos_token(vocab.add_bos)
+    writer.add_add_eos_token(vocab.add_eos)
+    if vocab.add_space_prefix is not None:
+        writer.add_add_space_prefix(vocab.add_space_prefix)
+    if vocab.chat_template:
+        writer.add_chat_template(vocab.chat_template)
