@@ -16,6 +16,10 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
+from outpost.bench.cli_args import add_bench_parser
+from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, add_quantize_parser
+from outpost.models.convert.cli_args import add_convert_parser
+from outpost.models.store import resolve_model_arg
 from outpost.run import PRESETS, UsageError
 
 _log = logging.getLogger("outpost")
@@ -52,7 +56,7 @@ def _add_run_parser(sub: Any) -> None:
 
 
 def _add_models_parser(sub: Any) -> None:
-    p = sub.add_parser("models", help="model files: synthetic models for tests and benchmarks")
+    p = sub.add_parser("models", help="the model store (list, show, rm) and synthetic models")
     msub = p.add_subparsers(dest="models_cmd", required=True, parser_class=OneLineParser)
     s = msub.add_parser("synth", help="write a random-weight GGUF in a real architecture's shape")
     s.add_argument(
@@ -62,6 +66,7 @@ def _add_models_parser(sub: Any) -> None:
     s.add_argument("-o", "--output", required=True, help="output .gguf path")
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(handler=_cmd_models_synth)
+    add_models_store_parsers(msub)
 
 
 def _add_serve_parser(sub: Any) -> None:
@@ -109,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_parser(sub)
     _add_models_parser(sub)
     _add_serve_parser(sub)
+    add_bench_parser(sub)
+    add_pull_parser(sub)
+    add_quantize_parser(sub)
+    add_convert_parser(sub)
     return parser
 
 
@@ -143,7 +152,7 @@ def _cmd_models_synth(args: argparse.Namespace) -> int:
 
 def _resolve_model(model: str | None, command: str = "run") -> str:
     if model:
-        return model
+        return resolve_model_arg(model)  # a path, or a name in the model store (never downloads)
     from outpost.models import ensure_demo_model
 
     path = ensure_demo_model(progress=progress_bar("demo model"))

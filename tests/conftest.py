@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from fakehub import fake_hub  # noqa: F401  (the fake Hugging Face Hub fixture, for every test dir)
 
 
 @pytest.fixture(scope="session", autouse=True)
