@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from outpost.engine.config import EngineConfig
 from outpost.models import outpost_home, write_synthetic_model
 
 
@@ -37,3 +38,22 @@ def same_weight_layout_for_llama_cpp_python(use_extra_bufts: bool) -> None:
         return params
 
     bindings.llama_model_default_params = patched
+
+
+def weight_layout(model: Path) -> str:
+    """The layout Outpost picks for this model on this CPU (outpost/engine/cpu_probe.py)."""
+    return EngineConfig(model_path=str(model)).weight_layout
+
+
+def llama_bench_layout_args(layout: str) -> list[str]:
+    """llama-bench flags for the same kernels: extra buffer types, and one token per micro-batch
+    where only AMX's one-token kernel is safe."""
+    return {
+        "plain": ["--repack", "0"],
+        "repacked": ["--repack", "1"],
+        "amx-gemv": ["--repack", "1", "-ub", "1"],
+    }[layout]
+
+
+def llama_server_layout_args(layout: str) -> list[str]:
+    return {"plain": ["--no-repack"], "repacked": [], "amx-gemv": ["-ub", "1"]}[layout]

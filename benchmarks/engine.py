@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import bench_model, log, same_weight_layout_for_llama_cpp_python
+from common import bench_model, llama_bench_layout_args, log, same_weight_layout_for_llama_cpp_python
 
 from outpost.engine.config import EngineConfig
 from outpost.messages import GenerateRequest, SamplingParams
@@ -110,10 +110,10 @@ def llama_cpp_python_decode(llm: Any, prompt: list[int], n: int) -> float:
 
 
 def llama_bench_decode(
-    binary: str, model: Path, threads: int, depth: int, n: int, fa: str, repack: bool
+    binary: str, model: Path, threads: int, depth: int, n: int, fa: str, layout: str
 ) -> float | None:
     cmd = [binary, "-m", str(model), "-t", str(threads), "-p", "0", "-n", str(n), "-d", str(depth)]
-    cmd += ["-fa", fa, "--repack", str(int(repack)), "-r", "3", "-o", "json"]
+    cmd += ["-fa", fa, *llama_bench_layout_args(layout), "-r", "3", "-o", "json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         log(f"llama-bench failed: {proc.stderr.strip()[-300:]}")
@@ -125,7 +125,7 @@ class LlamaCppPythonWorker:
     """llama-cpp-python's `Llama` in a process of its own: two threads driving llama.cpp's OpenMP
     kernels in one process throttle each other's spin-waits and would slow both engines down."""
 
-    def __init__(self, model: Path, args: argparse.Namespace, use_extra_bufts: bool) -> None:
+    def __init__(self, model: Path, args: argparse.Namespace, config: EngineConfig) -> None:
         cmd = [
             sys.executable,
             __file__,
@@ -136,7 +136,9 @@ class LlamaCppPythonWorker:
             "--flash-attn",
             args.flash_attn,
             "--repack",
-            str(int(use_extra_bufts)),
+            str(int(config.use_extra_bufts)),
+            "--ubatch",
+            str(config.effective_n_ubatch),
         ]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
@@ -161,6 +163,7 @@ def baseline_worker(args: argparse.Namespace) -> None:
         args.baseline_worker,
         n_ctx=4096,
         n_batch=512,
+        n_ubatch=args.ubatch,
         n_threads=args.threads,
         n_threads_batch=args.threads,
         flash_attn=args.flash_attn == "on",
@@ -181,7 +184,7 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
         n_threads=args.threads,
         flash_attn=args.flash_attn,
     )
-    baseline_proc = LlamaCppPythonWorker(model, args, config.use_extra_bufts)
+    baseline_proc = LlamaCppPythonWorker(model, args, config)
     ours: list[float] = []
     theirs: list[float] = []
     with Engine(config, prefix_cache=False) as engine:
@@ -201,7 +204,7 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
     bench = os.environ.get("LLAMA_BENCH")
     llama_bench = (
         llama_bench_decode(
-            bench, model, args.threads, args.depth, args.tokens, args.flash_attn, config.use_extra_bufts
+            bench, model, args.threads, args.depth, args.tokens, args.flash_attn, config.weight_layout
         )
         if bench
         else None
@@ -236,17 +239,21 @@ def main() -> None:
     parser.add_argument("--flash-attn", choices=["on", "off"], default="off")
     parser.add_argument("--baseline-worker", help=argparse.SUPPRESS)
     parser.add_argument("--repack", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--ubatch", type=int, default=512, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.baseline_worker:
         baseline_worker(args)
         return
     copy_bw = copy_bandwidth_bytes_per_s()
     log(f"numpy copy bandwidth: {copy_bw / 1e9:.2f} GB/s (read + write)")
-    results = {}
+    results: dict[str, Any] = {}
     for shape in args.shapes.split(","):
         log(f"benchmarking {shape} ...")
         results[shape] = run_shape(shape, args, copy_bw)
-    results["copy_bandwidth_gb_s"] = round(copy_bw / 1e9, 2)  # type: ignore[assignment]
+    results["copy_bandwidth_gb_s"] = round(copy_bw / 1e9, 2)
+    results["weight_layout"] = EngineConfig(
+        model_path=str(bench_model(args.shapes.split(",")[0], args.quant))
+    ).weight_layout
     print(json.dumps(results))
 
 

@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import IO
 
 import httpx
-from common import bench_model, log, same_weight_layout_for_llama_cpp_python
+from common import (
+    bench_model,
+    llama_server_layout_args,
+    log,
+    same_weight_layout_for_llama_cpp_python,
+    weight_layout,
+)
 
 from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
 from outpost.bench.progress import Progress
@@ -69,9 +75,9 @@ def server_command(kind: str, model: Path, threads: int, port: int, parallel: in
     if kind == "llama_cpp_python":
         opts = f"--model {m} --n_threads {t} --n_threads_batch {t} --n_ctx 2048 --host 127.0.0.1 --port {p}"
         return [sys.executable, __file__, LCP_WORKER, *opts.split(), "--verbose", "False"]
-    repack = [] if EngineConfig(model_path=m).use_extra_bufts else ["--no-repack"]
+    layout = llama_server_layout_args(weight_layout(model))
     opts = f"-m {m} -t {t} -tb {t} -np {parallel} -c {ctx} --host 127.0.0.1 --port {p}"
-    return [os.environ["LLAMA_SERVER"], *opts.split(), *repack]
+    return [os.environ["LLAMA_SERVER"], *opts.split(), *layout]
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 300.0) -> None:
@@ -185,15 +191,13 @@ def main() -> None:
 
 
 def run_llama_cpp_python_server(argv: list[str]) -> None:
-    """`python -m llama_cpp.server ARGV` with the weight layout Outpost uses (see benchmarks/engine.py):
-    on AMX CPUs llama.cpp's extra buffer types crash batched decode of quantized weights."""
+    """`python -m llama_cpp.server ARGV` with the weight layout Outpost uses (outpost/engine/cpu_probe.py):
+    where AMX tiles fault, one token per micro-batch."""
     import runpy
 
-    use_extra_bufts = EngineConfig.model_validate(
-        {"model_path": argv[argv.index("--model") + 1]}
-    ).use_extra_bufts
-    same_weight_layout_for_llama_cpp_python(use_extra_bufts)
-    sys.argv = ["llama_cpp.server", *argv]
+    config = EngineConfig(model_path=argv[argv.index("--model") + 1])
+    same_weight_layout_for_llama_cpp_python(config.use_extra_bufts)
+    sys.argv = ["llama_cpp.server", *argv, "--n_ubatch", str(config.effective_n_ubatch)]
     runpy.run_module("llama_cpp.server", run_name="__main__")
 
 

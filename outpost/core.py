@@ -47,8 +47,24 @@ class EngineCore:
     def __init__(
         self, scheduler: Scheduler, runner: Runner, on_close: Callable[[], None] | None = None
     ) -> None:
-        self.scheduler = scheduler
-        self._runner = runner
+        self._start(lambda: (scheduler, runner), on_close)
+
+    @classmethod
+    def built_on_thread(
+        cls, build: Callable[[], tuple[Scheduler, Runner]], on_close: Callable[[], None] | None = None
+    ) -> EngineCore:
+        """Runs `build` (load the model, make the runner) on the engine thread; raises what it raises.
+
+        Why there: loading can run llama.cpp's OpenMP kernels (AMX repacks the weights), and a
+        process whose OpenMP team was first made by another thread decodes up to 8x slower.
+        """
+        core = cls.__new__(cls)
+        core._start(build, on_close)
+        return core
+
+    def _start(
+        self, build: Callable[[], tuple[Scheduler, Runner]], on_close: Callable[[], None] | None
+    ) -> None:
         self._on_close = on_close
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -56,8 +72,12 @@ class EngineCore:
         self._sinks: dict[str, EventSink] = {}
         self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future[object]]] = queue.SimpleQueue()
         self.steps = 0
-        self._thread = threading.Thread(target=self._run, name="outpost-engine", daemon=True)
+        built: Future[None] = Future()
+        self._thread = threading.Thread(
+            target=self._run, args=(build, built), name="outpost-engine", daemon=True
+        )
         self._thread.start()
+        built.result()  # re-raises a failed load here, in the caller
 
     def submit(self, request: GenerateRequest, sink: EventSink) -> None:
         """Queue a request; raises QueueFull / RequestRejected at once, never later."""
@@ -97,7 +117,13 @@ class EngineCore:
                     future.set_exception(exc)
         return ran
 
-    def _run(self) -> None:
+    def _run(self, build: Callable[[], tuple[Scheduler, Runner]], built: Future[None]) -> None:
+        try:
+            self.scheduler, self._runner = build()
+        except BaseException as exc:
+            built.set_exception(exc)
+            return
+        built.set_result(None)
         try:
             self._runner.warmup()  # on this thread: the only one that ever drives llama.cpp
             while not self._stopping:

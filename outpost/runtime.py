@@ -27,23 +27,27 @@ class Engine:
         prefix_cache: bool = True,
         idle_cache_cells: int = 0,
     ) -> None:
-        self.model = LoadedModel(config)
-        try:
-            self.runner = ModelRunner(self.model)
-            self.n_ctx_seq = min(self.model.n_ctx_train or self.model.n_ctx, self.model.n_ctx)
-            self.scheduler_config = SchedulerConfig(
-                n_slots=config.n_seq_max,
-                n_ctx=self.model.n_ctx,
-                n_ctx_seq=self.n_ctx_seq,
-                max_queue=max_queue,
-                step_token_budget=self.model.n_batch,
-                prefix_cache=prefix_cache,
-                idle_cache_cells=idle_cache_cells,
-            )
-            self.core = EngineCore(Scheduler(self.scheduler_config), self.runner, on_close=self.model.close)
-        except BaseException:
-            self.model.close()
-            raise
+        def build() -> tuple[Scheduler, ModelRunner]:
+            self.model = LoadedModel(config)
+            try:
+                self.runner = ModelRunner(self.model)
+                self.n_ctx_seq = min(self.model.n_ctx_train or self.model.n_ctx, self.model.n_ctx)
+                self.scheduler_config = SchedulerConfig(
+                    n_slots=config.n_seq_max,
+                    n_ctx=self.model.n_ctx,
+                    n_ctx_seq=self.n_ctx_seq,
+                    max_queue=max_queue,
+                    step_token_budget=self.model.n_batch,
+                    prefix_cache=prefix_cache,
+                    idle_cache_cells=idle_cache_cells,
+                )
+                return Scheduler(self.scheduler_config), self.runner
+            except BaseException:
+                self.model.close()
+                raise
+
+        # Loaded on the engine thread, which frees it last too (see EngineCore.built_on_thread).
+        self.core = EngineCore.built_on_thread(build, on_close=lambda: self.model.close())
         self.client = EngineClient(self.core)
 
     @property

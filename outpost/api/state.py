@@ -10,6 +10,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, Literal, Protocol
 
 from outpost.api.config import ServerConfig
@@ -68,9 +69,15 @@ class ServerState:
     async def embedder(self) -> EmbedderLike:
         """The embedding model, loaded on first use on its own llama context."""
         async with self._embedder_lock:
-            if self._embedder is None:
-                self._embedder = await asyncio.to_thread(self._load_embedder)
-            return self._embedder
+            embedder = self._embedder
+            if embedder is None:
+                if self.engine is not None:  # loading may run OpenMP kernels: engine thread only
+                    job: Future[EmbedderLike] = self.engine.core.run_on_engine_thread(self._load_embedder)
+                    embedder = await asyncio.wrap_future(job)
+                else:
+                    embedder = await asyncio.to_thread(self._load_embedder)
+                self._embedder = embedder
+            return embedder
 
     def _load_embedder(self) -> EmbedderLike:
         from outpost.engine.embedding import Embedder

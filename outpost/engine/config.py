@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from outpost.engine.cpu_probe import WeightLayout, choose_layout
+
 
 def available_cpus() -> int:
     """CPUs this process may run on: on a 2-vCPU VM 'physical cores' may read 1 and halve speed."""
@@ -14,15 +16,6 @@ def available_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
-
-
-def cpu_has_amx() -> bool:
-    """True on Intel CPUs with AMX tiles (Sapphire Rapids and later)."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            return " amx_int8" in f.read()
-    except OSError:
-        return False
 
 
 class EngineConfig(BaseModel):
@@ -50,17 +43,24 @@ class EngineConfig(BaseModel):
     repack: Literal["auto", "on", "off"] = Field(
         "auto",
         description="llama.cpp's extra CPU weight layouts (repacked q4_0 on ARM, AMX on Intel); "
-        "auto = on unless the CPU has AMX, whose path crashes batched decode of quantized models",
+        "auto = on, with one token per micro-batch where AMX tiles fault (see cpu_probe.py)",
     )
     use_mmap: bool = True
     use_mlock: bool = False
     chat_template: str | None = Field(None, description="jinja template overriding the GGUF's own")
 
     @property
+    def weight_layout(self) -> WeightLayout:
+        return choose_layout(self.repack)
+
+    @property
     def use_extra_bufts(self) -> bool:
-        # llama.cpp issue #20824: its AMX matmul segfaults on multi-token batches of quantized
-        # weights; the plain CPU kernels are the safe choice there.
-        return self.repack == "on" or (self.repack == "auto" and not cpu_has_amx())
+        return self.weight_layout != "plain"
+
+    @property
+    def effective_n_ubatch(self) -> int:
+        """The micro-batch llama.cpp gets: 1 where only AMX's one-token kernel is safe."""
+        return 1 if self.weight_layout == "amx-gemv" else min(self.n_ubatch, self.n_batch)
 
     @field_validator("model_path")
     @classmethod

@@ -30,7 +30,9 @@ class Embedder:
         self._lock = threading.Lock()
         self._ctx: Any = None
         model_params = llama.llama_model_default_params()
-        model_params.use_extra_bufts = cfg.use_extra_bufts
+        # Pooling needs every token of a text in one micro-batch, which AMX's one-token mode
+        # (cpu_probe.py) cannot give: there the embedding model keeps the plain layout.
+        model_params.use_extra_bufts = cfg.weight_layout == "repacked"
         self._model: Any = llama.llama_model_load_from_file(model_path.encode(), model_params)
         if not self._model:
             raise ModelLoadError(f"could not load embedding model {model_path}: {recent_problems()}")

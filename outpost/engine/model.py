@@ -92,7 +92,7 @@ class LoadedModel:
         # 0: the model's trained context, capped so a 128k-context model does not allocate 128k cells.
         params.n_ctx = cfg.n_ctx or min(self.n_ctx_train, DEFAULT_MAX_CTX)
         params.n_batch = cfg.n_batch
-        params.n_ubatch = min(cfg.n_ubatch, cfg.n_batch)
+        params.n_ubatch = cfg.effective_n_ubatch
         params.n_seq_max = cfg.n_seq_max
         params.n_threads = cfg.n_threads
         params.n_threads_batch = cfg.n_threads_batch or cfg.n_threads

@@ -110,7 +110,8 @@ def test_abort_frees_the_slot(engine: Engine) -> None:
 
 
 def test_quantized_model_serves_batches(tiny_model: Path, tmp_path: Path) -> None:
-    """q8_0 weights through multi-token prefill and parallel decode (on AMX CPUs this needs repack off)."""
+    """q8_0 weights through multi-token prefill and parallel decode (where AMX tiles fault, the auto
+    layout must keep every micro-batch to one token: see outpost/engine/cpu_probe.py)."""
     from outpost.models import write_synthetic_model
 
     q8 = write_synthetic_model("tiny", tmp_path / "tiny-q8_0.gguf", quant="q8_0")

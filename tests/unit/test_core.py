@@ -112,3 +112,28 @@ def test_jobs_run_on_the_engine_thread() -> None:
             failing.result(5)
     finally:
         core.stop()
+
+
+def test_build_runs_on_the_engine_thread_and_its_failure_reaches_the_caller() -> None:
+    built_on: list[str] = []
+    closed: list[bool] = []
+
+    def build() -> tuple[Scheduler, FakeRunner]:
+        built_on.append(threading.current_thread().name)
+        config = SchedulerConfig(n_slots=1, n_ctx=64, n_ctx_seq=64, step_token_budget=8)
+        return Scheduler(config), SlowFakeRunner()
+
+    core = EngineCore.built_on_thread(build, on_close=lambda: closed.append(True))
+    try:
+        assert built_on == ["outpost-engine"], "the model loads where it will be decoded"
+        events = list(EngineClient(core).generate_sync(GenerateRequest([5, 6], max_tokens=3)))
+        assert [t for e in events for t in e.token_ids] == reference_tokens([5, 6], 3)
+    finally:
+        core.stop()
+    assert closed == [True]
+
+    def failing() -> tuple[Scheduler, FakeRunner]:
+        raise ValueError("model file is not a GGUF")
+
+    with pytest.raises(ValueError, match="not a GGUF"):
+        EngineCore.built_on_thread(failing)
