@@ -40,9 +40,9 @@ def same_weight_layout_for_llama_cpp_python(use_extra_bufts: bool) -> None:
     bindings.llama_model_default_params = patched
 
 
-def weight_layout(model: Path) -> str:
-    """The layout Outpost picks for this model on this CPU (outpost/engine/cpu_probe.py)."""
-    return EngineConfig(model_path=str(model)).weight_layout
+def weight_layout(model: Path, slots: int) -> str:
+    """The layout Outpost picks for this model, slot count and CPU (outpost/engine/cpu_probe.py)."""
+    return EngineConfig(model_path=str(model), n_seq_max=slots).weight_layout
 
 
 def llama_bench_layout_args(layout: str) -> list[str]:

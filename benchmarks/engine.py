@@ -176,18 +176,20 @@ def baseline_worker(args: argparse.Namespace) -> None:
 
 def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str, Any]:
     model = bench_model(shape, args.quant)
-    config = EngineConfig(
-        model_path=str(model),
-        n_ctx=4096,
-        n_batch=512,
-        n_seq_max=8,
-        n_threads=args.threads,
-        flash_attn=args.flash_attn,
-    )
-    baseline_proc = LlamaCppPythonWorker(model, args, config)
+
+    def config(slots: int) -> EngineConfig:
+        # Slots pick the weight layout where AMX tiles fault (outpost/engine/cpu_probe.py): one
+        # sequence gets the one-token AMX kernel, eight get the batching-friendly plain layout.
+        return EngineConfig(
+            model_path=str(model), n_ctx=4096, n_batch=512, n_seq_max=slots, n_threads=args.threads,
+            flash_attn=args.flash_attn,
+        )  # fmt: skip
+
+    single_config, batched_config = config(1), config(8)
+    baseline_proc = LlamaCppPythonWorker(model, args, single_config)
     ours: list[float] = []
     theirs: list[float] = []
-    with Engine(config, prefix_cache=False) as engine:
+    with Engine(single_config, prefix_cache=False) as engine:
         prompt = make_prompt(engine, args.depth)
         for r in range(args.repeats):  # alternate engines run by run
             ours.append(outpost_decode(engine, prompt, args.tokens))
@@ -197,14 +199,15 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
                 f"llama-cpp-python {theirs[-1]:.1f} tok/s"
             )
         baseline_proc.close()
-        batched = {str(k): outpost_parallel(engine, args.depth, args.tokens, k) for k in PARALLEL}
-        log(f"  {shape} batched: {batched}")
         prefill = statistics.median(outpost_prefill(engine, args.prefill_tokens) for _ in range(args.repeats))
         weight_bytes = engine.model.describe()["size_bytes"]
+    with Engine(batched_config, prefix_cache=False) as engine:
+        batched = {str(k): outpost_parallel(engine, args.depth, args.tokens, k) for k in PARALLEL}
+        log(f"  {shape} batched: {batched}")
     bench = os.environ.get("LLAMA_BENCH")
     llama_bench = (
         llama_bench_decode(
-            bench, model, args.threads, args.depth, args.tokens, args.flash_attn, config.weight_layout
+            bench, model, args.threads, args.depth, args.tokens, args.flash_attn, single_config.weight_layout
         )
         if bench
         else None
@@ -222,6 +225,8 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
         "prefill_tok_s": round(prefill, 2),
         "weight_bytes": weight_bytes,
         "bandwidth_utilisation": round(weight_bytes * single / copy_bw, 3),
+        "single_weight_layout": single_config.weight_layout,
+        "batched_weight_layout": batched_config.weight_layout,
     }
 
 
@@ -251,9 +256,6 @@ def main() -> None:
         log(f"benchmarking {shape} ...")
         results[shape] = run_shape(shape, args, copy_bw)
     results["copy_bandwidth_gb_s"] = round(copy_bw / 1e9, 2)
-    results["weight_layout"] = EngineConfig(
-        model_path=str(bench_model(args.shapes.split(",")[0], args.quant))
-    ).weight_layout
     print(json.dumps(results))
 
 

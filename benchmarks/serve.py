@@ -75,7 +75,7 @@ def server_command(kind: str, model: Path, threads: int, port: int, parallel: in
     if kind == "llama_cpp_python":
         opts = f"--model {m} --n_threads {t} --n_threads_batch {t} --n_ctx 2048 --host 127.0.0.1 --port {p}"
         return [sys.executable, __file__, LCP_WORKER, *opts.split(), "--verbose", "False"]
-    layout = llama_server_layout_args(weight_layout(model))
+    layout = llama_server_layout_args(weight_layout(model, parallel))
     opts = f"-m {m} -t {t} -tb {t} -np {parallel} -c {ctx} --host 127.0.0.1 --port {p}"
     return [os.environ["LLAMA_SERVER"], *opts.split(), *layout]
 

@@ -43,7 +43,8 @@ class EngineConfig(BaseModel):
     repack: Literal["auto", "on", "off"] = Field(
         "auto",
         description="llama.cpp's extra CPU weight layouts (repacked q4_0 on ARM, AMX on Intel); "
-        "auto = on, with one token per micro-batch where AMX tiles fault (see cpu_probe.py)",
+        "auto = on; where AMX tiles fault, one token per micro-batch for <= 2 slots, else off "
+        "(see cpu_probe.py)",
     )
     use_mmap: bool = True
     use_mlock: bool = False
@@ -51,7 +52,7 @@ class EngineConfig(BaseModel):
 
     @property
     def weight_layout(self) -> WeightLayout:
-        return choose_layout(self.repack)
+        return choose_layout(self.repack, self.n_seq_max)
 
     @property
     def use_extra_bufts(self) -> bool:

@@ -16,7 +16,8 @@ from outpost.engine.batch import TokenBatch
 from outpost.engine.config import EngineConfig
 from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
-from outpost.scheduler.output import BatchChunk
+from outpost.engine.runner import ModelRunner
+from outpost.scheduler.output import BatchChunk, SchedulerOutput, SeqCopy
 
 LOGIT_ATOL = 0.05  # absolute; the logits' spread is several units (checked below)
 CLEAR_MARGIN = 0.2  # top-1 minus top-2 beyond which argmax must not flip
@@ -88,6 +89,7 @@ def test_prefix_copied_from_another_sequence_matches_cold(model: LoadedModel) ->
     cold = _decode(model, batch, [BatchChunk(0, shared + suffix, 0, True)])[0]
     _clear(model)
     _decode(model, batch, [BatchChunk(1, shared, 0, True)])
-    llama.llama_memory_seq_cp(model.memory, 1, 2, 0, len(shared))
+    # Through the runner: a unified cache shares the cells, a stream per slot copies them.
+    ModelRunner(model).execute(SchedulerOutput(memory_ops=[SeqCopy(1, 2, 0, len(shared))]))
     warm = _decode(model, batch, [BatchChunk(2, suffix, len(shared), True)])[2]
     _assert_close(cold, warm)

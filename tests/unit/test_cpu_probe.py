@@ -14,21 +14,23 @@ from outpost.engine.config import EngineConfig
 
 
 @pytest.mark.parametrize(
-    ("repack", "amx", "tiles", "layout"),
+    ("repack", "amx", "tiles", "slots", "layout"),
     [
-        ("auto", False, False, "repacked"),
-        ("auto", True, True, "repacked"),
-        ("auto", True, False, "amx-gemv"),
-        ("off", True, False, "plain"),
-        ("on", True, False, "repacked"),
+        ("auto", False, False, 8, "repacked"),
+        ("auto", True, True, 8, "repacked"),
+        ("auto", True, False, 1, "amx-gemv"),
+        ("auto", True, False, 2, "amx-gemv"),
+        ("auto", True, False, 4, "plain"),
+        ("off", True, False, 1, "plain"),
+        ("on", True, False, 1, "repacked"),
     ],
 )
 def test_layout_choice(
-    monkeypatch: pytest.MonkeyPatch, repack: str, amx: bool, tiles: bool, layout: str
+    monkeypatch: pytest.MonkeyPatch, repack: str, amx: bool, tiles: bool, slots: int, layout: str
 ) -> None:
     monkeypatch.setattr(cpu_probe, "cpu_has_amx", lambda: amx)
     monkeypatch.setattr(cpu_probe, "amx_tiles_work", lambda: tiles)
-    assert cpu_probe.choose_layout(repack) == layout  # type: ignore[arg-type]
+    assert cpu_probe.choose_layout(repack, slots) == layout  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -38,7 +40,7 @@ def test_layout_choice(
 def test_layout_sets_buffers_and_micro_batch(
     monkeypatch: pytest.MonkeyPatch, tiny_model: Path, layout: str, extra_bufts: bool, ubatch: int
 ) -> None:
-    monkeypatch.setattr(engine_config, "choose_layout", lambda repack: layout)
+    monkeypatch.setattr(engine_config, "choose_layout", lambda repack, n_slots: layout)
     cfg = EngineConfig(model_path=str(tiny_model), n_batch=256, n_ubatch=512)
     assert (cfg.use_extra_bufts, cfg.effective_n_ubatch) == (extra_bufts, ubatch)
 
