@@ -41,7 +41,7 @@ from common import (
 
 from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
 from outpost.bench.progress import Progress
-from outpost.bench.report import format_ratios, format_table, summary_line, write_outputs
+from outpost.bench.report import format_tables, summary_line, write_outputs
 from outpost.bench.runner import run_bench_sync
 from outpost.engine.config import EngineConfig, available_cpus
 
@@ -182,10 +182,7 @@ def main() -> None:
     out = args.out or Path("bench-results") / time.strftime("serve-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     write_outputs(out, result, config, thresholds=[], violations=[])
-    log("\n" + format_table(result))
-    ratios = format_ratios(result)
-    if ratios:
-        log("\n" + ratios)
+    log("\n" + format_tables(result))
     log(f"\nresults in {out}")
     print(summary_line(result))
 

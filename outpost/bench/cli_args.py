@@ -82,7 +82,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # Imported here: `outpost --help` should not pay for httpx and matplotlib.
     from outpost.bench.failon import check, parse_fail_on
     from outpost.bench.progress import Progress
-    from outpost.bench.report import format_ratios, format_table, summary_line, write_outputs
+    from outpost.bench.report import format_tables, summary_line, write_outputs
     from outpost.bench.runner import run_bench_sync
 
     config = config_from_args(args)
@@ -95,10 +95,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = run_bench_sync(config, progress)
     violations = check(thresholds, [r.summary for r in result.runs])
     write_outputs(out, result, config, thresholds, violations, plots=not args.no_plots)
-    progress.log("\n" + format_table(result))
-    ratios = format_ratios(result)
-    if ratios:
-        progress.log("\n" + ratios)
+    progress.log("\n" + format_tables(result))
     for v in violations:
         seen = "no successful request" if v.observed is None else f"observed {v.observed:.4g}"
         progress.log(f"fail-on: {v.threshold} crossed at {v.label} {v.level:g} ({seen})")

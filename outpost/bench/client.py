@@ -71,22 +71,36 @@ def request_body(
     return body
 
 
+_EXTENSIONS = ("min_tokens", "ignore_eos", "include_usage")
+
+
 async def probe(client: httpx.AsyncClient, endpoint: Endpoint, model: str, extra: dict[str, Any]) -> Accepted:
-    """Try one tiny request with every extension field, dropping each the server rejects (<= 4 tries)."""
+    """Try one tiny request with every extension field, dropping them one by one until the server
+    accepts it (<= 4 tries), then giving each dropped field back alone (<= 3 more): a server that
+    rejects only `stream_options` must still get `ignore_eos` and `min_tokens`."""
     accepted = Accepted(ignore_eos=True, min_tokens=True, include_usage=True)
-    drops = ("min_tokens", "ignore_eos", "include_usage")
-    for drop in (*drops, None):
-        body = {**request_body(endpoint, model, None, "Hello", 2, accepted), **extra}
-        try:
-            r = await client.post(PATHS[endpoint], json=body)
-        except httpx.HTTPError as exc:
-            raise BenchError(f"cannot reach {client.base_url}: {type(exc).__name__}: {exc}") from exc
+    for drop in (*_EXTENSIONS, None):
+        r = await _try(client, endpoint, model, accepted, extra)
         if r.status_code == 200:
-            return accepted
+            break
         if r.status_code not in REJECTED or drop is None:
             _probe_failed(client, endpoint, model, r)
         accepted = replace(accepted, **{drop: False})
-    raise AssertionError("unreachable")
+    for name in _EXTENSIONS:
+        trial = replace(accepted, **{name: True})
+        if trial != accepted and (await _try(client, endpoint, model, trial, extra)).status_code == 200:
+            accepted = trial
+    return accepted
+
+
+async def _try(
+    client: httpx.AsyncClient, endpoint: Endpoint, model: str, accepted: Accepted, extra: dict[str, Any]
+) -> httpx.Response:
+    body = {**request_body(endpoint, model, None, "Hello", 2, accepted), **extra}
+    try:
+        return await client.post(PATHS[endpoint], json=body)
+    except httpx.HTTPError as exc:
+        raise BenchError(f"cannot reach {client.base_url}: {type(exc).__name__}: {exc}") from exc
 
 
 def _probe_failed(client: httpx.AsyncClient, endpoint: Endpoint, model: str, r: httpx.Response) -> NoReturn:
@@ -113,9 +127,6 @@ async def send(
         record.error = type(exc).__name__
         record.error_detail = str(exc)[:200]
     record.e2e_s = time.perf_counter() - start
-    record.output_tokens = (
-        record.usage_output_tokens if record.usage_output_tokens is not None else record.chunks
-    )
     if record.error is None:
         _check_complete(record, body)
     return record

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -55,11 +55,6 @@ class TokenDist:
             raise BenchUsageError(f"{flag} takes MEAN[,STDDEV] with MEAN >= 1 and STDDEV >= 0, got {text!r}")
         return cls(mean=values[0], std=values[1] if len(values) == 2 else 0.0)
 
-    def describe(self) -> str:
-        if self.low is not None:
-            return f"{self.low}-{self.high}"
-        return f"{self.mean:g}" + (f"±{self.std:g}" if self.std else "")
-
 
 @dataclass(frozen=True)
 class Scenario:
@@ -92,14 +87,12 @@ def make_scenario(name: str, input_tokens: str | None, output_tokens: str | None
     if name not in SCENARIOS:
         raise BenchUsageError(f"unknown scenario {name!r}; choose one of: {', '.join(SCENARIOS)}")
     base = SCENARIOS[name]
-    return Scenario(
-        name=base.name,
+    return replace(
+        base,
         input_tokens=TokenDist.parse(input_tokens, "--input-tokens") if input_tokens else base.input_tokens,
         output_tokens=TokenDist.parse(output_tokens, "--output-tokens")
         if output_tokens
         else base.output_tokens,
-        instruction=base.instruction,
-        shared_prefix_tokens=base.shared_prefix_tokens,
     )
 
 

@@ -36,8 +36,8 @@ class Threshold:
     value: float
     text: str
 
-    def crossed(self, summary: RunSummary) -> bool:
-        observed = observe(self.metric, summary)
+    def crossed(self, observed: float | None) -> bool:
+        """Missing data (None) counts as crossed."""
         return observed is None or _OPS[self.op](observed, self.value)
 
 
@@ -84,8 +84,8 @@ def _parse_one(part: str) -> Threshold:
 
 def check(thresholds: Sequence[Threshold], runs: Sequence[RunSummary]) -> list[Violation]:
     return [
-        Violation(t.text, run.label, run.url, run.level, observe(t.metric, run))
+        Violation(t.text, run.label, run.url, run.level, observed)
         for run in runs
         for t in thresholds
-        if t.crossed(run)
+        if t.crossed(observed := observe(t.metric, run))
     ]

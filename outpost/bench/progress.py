@@ -51,14 +51,15 @@ class Progress:
     def _draw(self) -> None:
         self.drawn = time.monotonic()
         elapsed = self.drawn - self.t0
-        if self.duration is not None:
+        done = self.ok + self.err
+        if self.duration is not None:  # timed: no total to count against
             frac, goal = min(1.0, elapsed / self.duration), f"{elapsed:5.1f}/{self.duration:g} s"
+            count = f"{done} done"
         else:
-            frac, goal = (self.ok + self.err) / max(1, self.total), f"{elapsed:5.1f} s"
+            frac, goal = done / max(1, self.total), f"{elapsed:5.1f} s"
+            count = f"{done}/{self.total}"
         filled = round(frac * self.width)
         bar = "#" * filled + "-" * (self.width - filled)
-        done = self.ok + self.err
-        count = f"{done} done" if self.duration is not None else f"{done}/{self.total}"  # timed: no total
         line = f"{self.label} [{bar}] {count} ok {self.ok} err {self.err} {goal}"
         self.stream.write(f"\r{line}\x1b[K" if self.tty else line)  # \x1b[K: clear the old tail
         self.stream.flush()

@@ -88,7 +88,7 @@ class PromptBuilder:
     async def build(
         self, rng: random.Random, index: int, scenario: Scenario, system: Fitted | None
     ) -> Prompt:
-        target = max(1, scenario.input_tokens.sample(rng))
+        target = scenario.input_tokens.sample(rng)  # >= 1, as every TokenDist sample
         max_tokens = scenario.output_tokens.sample(rng)
         user = await self.fit(rng, target, scenario.instruction)
         return Prompt(

@@ -6,7 +6,7 @@ seconds on the client's monotonic clock (`time.perf_counter`), relative to the l
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from outpost.bench.config import Mode
@@ -28,9 +28,8 @@ class RequestRecord:
     ttft_s: float | None = None
     last_token_s: float | None = None  # arrival of the last content chunk, from the request's start
     e2e_s: float | None = None
-    output_tokens: int = 0
     chunks: int = 0  # content chunks received (a chunk may carry more than one token)
-    usage_output_tokens: int | None = None
+    usage_output_tokens: int | None = None  # the server's own count (`usage.completion_tokens`)
     prompt_tokens: int | None = None  # the server's own count (`usage.prompt_tokens`)
     finish_reason: str | None = None
     done: bool = False  # `data: [DONE]` arrived
@@ -41,6 +40,11 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def output_tokens(self) -> int:
+        """The server's `usage` count when it sent one, else the content chunks."""
+        return self.usage_output_tokens if self.usage_output_tokens is not None else self.chunks
 
     @property
     def itl_s(self) -> float | None:
@@ -74,7 +78,7 @@ class Stats:
     p99: float | None
 
     def as_dict(self) -> dict[str, float | None]:
-        return {"mean": self.mean, "p50": self.p50, "p90": self.p90, "p95": self.p95, "p99": self.p99}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -107,14 +111,11 @@ class RunSummary:
         total = self.requests_ok + self.errors
         return self.errors / total if total else 0.0
 
-    def level_value(self) -> int | float:
-        return int(self.level) if self.mode == "concurrency" else self.level
-
     def summary_entry(self) -> dict[str, Any]:
         """The entry of the stdout summary line, in the shape issue 5 fixes."""
         return {
             "url": self.url,
-            self.mode: self.level_value(),
+            self.mode: int(self.level) if self.mode == "concurrency" else self.level,
             "requests_ok": self.requests_ok,
             "errors": self.errors,
             "errors_by_code": dict(self.errors_by_code),
@@ -167,6 +168,3 @@ class BenchResult:
     servers: list[ServerInfo]
     prompts: PromptStats
     runs: list[RunResult] = field(default_factory=list)
-
-    def summary_line(self) -> dict[str, Any]:
-        return {"runs": [r.summary.summary_entry() for r in self.runs]}

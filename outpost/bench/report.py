@@ -117,8 +117,14 @@ def format_ratios(result: BenchResult) -> str | None:
     return _grid(header, rows)
 
 
+def format_tables(result: BenchResult) -> str:
+    """The table, then the ratio table when servers were compared."""
+    ratios = format_ratios(result)
+    return format_table(result) + (f"\n\n{ratios}" if ratios else "")
+
+
 def summary_line(result: BenchResult) -> str:
-    return json.dumps(result.summary_line(), separators=(",", ":"))
+    return json.dumps({"runs": [r.summary.summary_entry() for r in result.runs]}, separators=(",", ":"))
 
 
 def _run_json(r: RunSummary) -> dict[str, Any]:

@@ -67,11 +67,12 @@ async def _probe(target: ServerTarget, client: httpx.AsyncClient, config: BenchC
 
 async def _prompt_builder(server: _Server, config: BenchConfig) -> tuple[PromptBuilder, PromptStats]:
     counter = await detect(server.client, server.info.model, frozenset(COMMON_WORDS))
-    words = await single_token_words(counter, list(COMMON_WORDS)) if counter.exact else list(COMMON_WORDS)
     corpus = read_corpus(config.prompt_file) if config.prompt_file else None
     if counter.exact:
+        words = await single_token_words(counter, list(COMMON_WORDS))
         note = f"token counts exact, by {server.info.label}/tokenize ({len(words)} one-token filler words)"
     else:
+        words = list(COMMON_WORDS)
         note = (
             f"{server.info.label} has no /tokenize: token counts are an ESTIMATE (1 per common word, "
             "1 per 4 characters otherwise); the server's own counts are in requests.csv (prompt_tokens)"

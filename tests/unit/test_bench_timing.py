@@ -54,7 +54,9 @@ def test_without_usage_the_output_count_falls_back_to_chunks() -> None:
     config = FakeConfig(ttft=0.02, itl=0.005, reject=frozenset({"stream_options"}))
     with FakeServer(config) as fake:
         result = bench([fake.url], "1", 3, output=8)
-    assert result.servers[0].accepted.include_usage is False
+    accepted = result.servers[0].accepted
+    # only stream_options was refused: the fields that keep output lengths exact are still sent
+    assert (accepted.include_usage, accepted.ignore_eos, accepted.min_tokens) == (False, True, True)
     assert [r.output_tokens for r in result.runs[0].records] == [8, 8, 8]
     assert all(r.usage_output_tokens is None for r in result.runs[0].records)
 
