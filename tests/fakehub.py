@@ -46,8 +46,8 @@ class HubFile:
     path: str
     data: bytes
     lfs: bool
-    sha256: str = ""
-    oid: str = ""
+    sha256: str = field(init=False)
+    oid: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.sha256 = hashlib.sha256(self.data).hexdigest()
@@ -75,7 +75,7 @@ class Request:
 
 @dataclass
 class _Faults:
-    cut_after: int | None = None
+    cut_after: int = 0
     cuts_left: int = 0
     fail_status: int = 0
     fails_left: int = 0
@@ -115,25 +115,14 @@ class FakeHub:
             server.shutdown()
             server.server_close()
 
-    def add_repo(
-        self,
-        repo_id: str,
-        files: Mapping[str, bytes | Path],
-        token: str | None = None,
-        commit: str | None = None,
-    ) -> HubRepo:
+    def add_repo(self, repo_id: str, files: Mapping[str, bytes | Path], token: str | None = None) -> HubRepo:
         """Serve `files` (repo path -> bytes or a local file) as `repo_id` at one commit on `main`."""
         entries = {}
         for path, content in files.items():
             data = content.read_bytes() if isinstance(content, Path) else content
             entries[path] = HubFile(path, data, lfs=path.endswith(LFS_SUFFIXES))
-        commit = (
-            commit
-            or hashlib.sha1(
-                repo_id.encode() + b"".join(sorted(e.oid.encode() for e in entries.values()))
-            ).hexdigest()
-        )
-        repo = HubRepo(repo_id, commit, entries, token)
+        commit = hashlib.sha1(repo_id.encode() + b"".join(sorted(e.oid.encode() for e in entries.values())))
+        repo = HubRepo(repo_id, commit.hexdigest(), entries, token)
         self.repos[repo_id] = repo
         return repo
 
@@ -173,7 +162,7 @@ class FakeHub:
         """("cut", n) | ("fail", status) | ("", 0): consumes one fault, in that order."""
         with self._lock:
             f = self.faults
-            if f.cuts_left > 0 and f.cut_after is not None:
+            if f.cuts_left > 0:
                 f.cuts_left -= 1
                 return "cut", f.cut_after
             if f.fails_left > 0:
@@ -196,19 +185,11 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # the test log stays quiet
         pass
 
-    def do_HEAD(self) -> None:
-        self._dispatch(head=True)
-
-    def do_GET(self) -> None:
-        self._dispatch(head=False)
-
-    # -- plumbing ---------------------------------------------------------------------------------------
-
     @property
     def hub(self) -> FakeHub:
         return self.server.hub  # type: ignore[no-any-return]
 
-    def _dispatch(self, head: bool) -> None:
+    def do_GET(self) -> None:
         url = urlsplit(self.path)
         self.req = Request(
             self.server.role,
@@ -218,31 +199,36 @@ class _Handler(BaseHTTPRequestHandler):
             bool(self.headers.get("Authorization")),
         )
         self.hub._record(self.req)
-        self.head = head  # a HEAD answer carries the headers of the GET, never its body
         path, query = unquote(url.path), parse_qs(url.query)
         if self.server.role == "cdn":
             match = _BLOB.match(path)
             found = self._blob(match["sha"]) if match else None
             if found is None:
                 return self._error(404, "EntryNotFound", "no such blob")
-            return self._send_file(found, head)
+            return self._send_file(found)
         for pattern, route in ((_RESOLVE, self._resolve), (_TREE, self._tree), (_API, self._info)):
             match = pattern.match(path)
             if match:
-                return route(match, query, head)
+                return route(match, query)
         self._error(404, "", "not found")
 
-    def _send(self, status: int, headers: Mapping[str, str], body: bytes = b"", head: bool = False) -> None:
+    do_HEAD = do_GET  # a HEAD answer carries the headers of the GET, never its body (see _send)
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+
+    def _send(self, status: int, headers: Mapping[str, str], body: bytes = b"") -> None:
+        """Headers (Content-Length: the body's unless given), then the body in chunks unless HEAD."""
         self.req.status = status
         self.send_response(status)
-        for key, value in headers.items():
+        for key, value in {"Content-Length": str(len(body)), **headers}.items():
             self.send_header(key, value)
-        if "Content-Length" not in headers:
-            self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        if not (head or self.head) and body:
-            self.wfile.write(body)
-            self.req.body_bytes += len(body)
+        if self.command == "HEAD":
+            return
+        for offset in range(0, len(body), _CHUNK):
+            chunk = body[offset : offset + _CHUNK]
+            self.wfile.write(chunk)
+            self.req.body_bytes += len(chunk)
 
     def _error(self, status: int, code: str, message: str, extra: Mapping[str, str] | None = None) -> None:
         headers = {"Content-Type": "application/json", "X-Error-Message": message, **(extra or {})}
@@ -266,7 +252,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routes -----------------------------------------------------------------------------------------
 
-    def _info(self, match: re.Match[str], query: Mapping[str, list[str]], head: bool) -> None:
+    def _info(self, match: re.Match[str], query: Mapping[str, list[str]]) -> None:
         repo = self._repo(match["repo"], match["rev"])
         if repo is None:
             return
@@ -299,7 +285,7 @@ class _Handler(BaseHTTPRequestHandler):
             }
         )
 
-    def _tree(self, match: re.Match[str], query: Mapping[str, list[str]], head: bool) -> None:
+    def _tree(self, match: re.Match[str], query: Mapping[str, list[str]]) -> None:
         repo = self._repo(match["repo"], match["rev"])
         if repo is None:
             return
@@ -307,7 +293,7 @@ class _Handler(BaseHTTPRequestHandler):
         recursive = query.get("recursive", ["false"])[0].lower() == "true"
         self._json(list(_tree_entries(repo, base, recursive)))
 
-    def _resolve(self, match: re.Match[str], query: Mapping[str, list[str]], head: bool) -> None:
+    def _resolve(self, match: re.Match[str], query: Mapping[str, list[str]]) -> None:
         repo = self._repo(match["repo"], match["rev"])
         if repo is None:
             return
@@ -327,8 +313,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "X-Linked-Etag": f'"{f.sha256}"',
                 "X-Linked-Size": str(len(f.data)),
             }
-            return self._send(302, headers, head=head)
-        self._send_file(f, head, extra=commit)
+            return self._send(302, headers)
+        self._send_file(f, extra=commit)
 
     def _blob(self, sha256: str) -> HubFile | None:
         for repo in self.hub.repos.values():
@@ -337,7 +323,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return f
         return None
 
-    def _send_file(self, f: HubFile, head: bool, extra: Mapping[str, str] | None = None) -> None:
+    def _send_file(self, f: HubFile, extra: Mapping[str, str] | None = None) -> None:
         data = f.data
         if f.sha256 in self.hub.faults.corrupt:
             data = data[:-1] + bytes([data[-1] ^ 0xFF])
@@ -350,27 +336,13 @@ class _Handler(BaseHTTPRequestHandler):
             data = data[: end + 1]
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(f.data)}"
         body = data[start:]
-        if head:
-            return self._send(status, {**headers, "Content-Length": str(len(body))}, head=True)
-        kind, value = self.hub._take_fault()
+        kind, value = self.hub._take_fault() if self.command == "GET" else ("", 0)
         if kind == "fail":
             return self._error(value, "", "injected failure")
-        if kind == "cut":
-            body_sent = body[:value]
-            self._send(status, {**headers, "Content-Length": str(len(body))}, body_sent)
+        if kind == "cut":  # announce the whole body, send part of it, hang up
             self.close_connection = True
-            return
-        self._stream(status, headers, body)
-
-    def _stream(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
-        self.req.status = status
-        self.send_response(status)
-        for key, value in {**headers, "Content-Length": str(len(body))}.items():
-            self.send_header(key, value)
-        self.end_headers()
-        for offset in range(0, len(body), _CHUNK):
-            self.wfile.write(body[offset : offset + _CHUNK])
-            self.req.body_bytes += min(_CHUNK, len(body) - offset)
+            return self._send(status, {**headers, "Content-Length": str(len(body))}, body[:value])
+        self._send(status, headers, body)
 
 
 def _tree_entries(repo: HubRepo, base: str, recursive: bool) -> Iterator[dict[str, Any]]:

@@ -27,30 +27,16 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.ttft = Histogram(
-            "outpost_time_to_first_token_seconds",
-            "Arrival to first generated token",
-            registry=r,
-            buckets=_LATENCY_BUCKETS,
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...] = _LATENCY_BUCKETS) -> Histogram:
+            return Histogram(name, doc, registry=r, buckets=buckets)
+
+        self.ttft = histogram("outpost_time_to_first_token_seconds", "Arrival to first generated token")
+        self.itl = histogram(
+            "outpost_inter_token_latency_seconds", "Time between generated tokens", _ITL_BUCKETS
         )
-        self.itl = Histogram(
-            "outpost_inter_token_latency_seconds",
-            "Time between generated tokens",
-            registry=r,
-            buckets=_ITL_BUCKETS,
-        )
-        self.e2e = Histogram(
-            "outpost_e2e_request_latency_seconds",
-            "Arrival to last token",
-            registry=r,
-            buckets=_LATENCY_BUCKETS,
-        )
-        self.queue_time = Histogram(
-            "outpost_queue_time_seconds",
-            "Arrival to first scheduled step",
-            registry=r,
-            buckets=_LATENCY_BUCKETS,
-        )
+        self.e2e = histogram("outpost_e2e_request_latency_seconds", "Arrival to last token")
+        self.queue_time = histogram("outpost_queue_time_seconds", "Arrival to first scheduled step")
         self.requests = Counter(
             "outpost_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r
         )

@@ -31,6 +31,7 @@ WeightLayout = Literal["repacked", "plain", "amx-gemv"]
 PROBE_TIMEOUT_S = 300.0
 
 
+@functools.cache
 def _cpuinfo() -> str:
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:

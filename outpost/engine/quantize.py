@@ -15,7 +15,7 @@ from pathlib import Path
 
 from outpost.engine.lib import capture_log_lines, ensure_backend, llama, recent_problems
 
-__all__ = ["QUANT_TYPES", "quantize_gguf"]
+__all__ = ["QUANT_TYPES", "canonical_quant_type", "quantize_gguf"]
 
 # Quant name -> llama.cpp ftype constant name. Names follow llama-quantize's spelling; lookup is
 # case-insensitive so "Q4_K_M" and "q4_k_m" both work.
@@ -42,12 +42,17 @@ _TENSOR_LINE = re.compile(r"^\[\s*(\d+)/\s*(\d+)\]\s+(\S+)")
 QuantProgress = Callable[[int, int, str], None]
 
 
-def _ftype(qtype: str) -> int:
-    by_lower = {name.lower(): const for name, const in QUANT_TYPES.items()}
-    const = by_lower.get(qtype.lower())
-    if const is None:
+def canonical_quant_type(qtype: str) -> str:
+    """The QUANT_TYPES spelling of `qtype`, matched case-insensitively; ValueError listing the valid ones."""
+    by_lower = {name.lower(): name for name in QUANT_TYPES}
+    name = by_lower.get(qtype.lower())
+    if name is None:
         raise ValueError(f"unknown quant type {qtype!r}; valid: {', '.join(QUANT_TYPES)}")
-    return int(getattr(llama, const))
+    return name
+
+
+def _ftype(qtype: str) -> int:
+    return int(getattr(llama, QUANT_TYPES[canonical_quant_type(qtype)]))
 
 
 def quantize_gguf(

@@ -38,7 +38,6 @@ class CatalogEntry:
     size: str
     repo: str
     file_template: str
-    source: str  # the original (safetensors) model the GGUF was made from
 
     @property
     def name(self) -> str:
@@ -49,36 +48,25 @@ class CatalogEntry:
 
 
 def _entries() -> tuple[CatalogEntry, ...]:
-    def bartowski(family: str, size: str, stem: str, source: str) -> CatalogEntry:
-        return CatalogEntry(family, size, f"bartowski/{stem}-GGUF", f"{stem}-{{QUANT}}.gguf", source)
+    def bartowski(family: str, size: str, stem: str) -> CatalogEntry:
+        return CatalogEntry(family, size, f"bartowski/{stem}-GGUF", f"{stem}-{{QUANT}}.gguf")
 
     return (
-        bartowski("smollm2", "135m", "SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
-        bartowski("smollm2", "360m", "SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-360M-Instruct"),
-        bartowski("smollm2", "1.7b", "SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
-        bartowski("gemma3", "270m", "google_gemma-3-270m-it", "google/gemma-3-270m-it"),
-        bartowski("gemma3", "1b", "google_gemma-3-1b-it", "google/gemma-3-1b-it"),
-        bartowski("qwen2.5", "0.5b", "Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
-        bartowski("qwen2.5", "1.5b", "Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct"),
-        bartowski("qwen2.5", "3b", "Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-3B-Instruct"),
-        bartowski("llama3.2", "1b", "Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"),
-        bartowski("llama3.2", "3b", "Llama-3.2-3B-Instruct", "meta-llama/Llama-3.2-3B-Instruct"),
-        bartowski("phi3.5", "3.8b", "Phi-3.5-mini-instruct", "microsoft/Phi-3.5-mini-instruct"),
-        bartowski("phi4-mini", "3.8b", "microsoft_Phi-4-mini-instruct", "microsoft/Phi-4-mini-instruct"),
-        CatalogEntry(
-            "zephyr",
-            "7b",
-            "TheBloke/zephyr-7B-beta-GGUF",
-            "zephyr-7b-beta.{QUANT}.gguf",
-            "HuggingFaceH4/zephyr-7b-beta",
-        ),
-        bartowski(
-            "deepseek-r1",
-            "1.5b",
-            "DeepSeek-R1-Distill-Qwen-1.5B",
-            "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
-        ),
-        bartowski("mistral", "7b", "Mistral-7B-Instruct-v0.3", "mistralai/Mistral-7B-Instruct-v0.3"),
+        bartowski("smollm2", "135m", "SmolLM2-135M-Instruct"),
+        bartowski("smollm2", "360m", "SmolLM2-360M-Instruct"),
+        bartowski("smollm2", "1.7b", "SmolLM2-1.7B-Instruct"),
+        bartowski("gemma3", "270m", "google_gemma-3-270m-it"),
+        bartowski("gemma3", "1b", "google_gemma-3-1b-it"),
+        bartowski("qwen2.5", "0.5b", "Qwen2.5-0.5B-Instruct"),
+        bartowski("qwen2.5", "1.5b", "Qwen2.5-1.5B-Instruct"),
+        bartowski("qwen2.5", "3b", "Qwen2.5-3B-Instruct"),
+        bartowski("llama3.2", "1b", "Llama-3.2-1B-Instruct"),
+        bartowski("llama3.2", "3b", "Llama-3.2-3B-Instruct"),
+        bartowski("phi3.5", "3.8b", "Phi-3.5-mini-instruct"),
+        bartowski("phi4-mini", "3.8b", "microsoft_Phi-4-mini-instruct"),
+        CatalogEntry("zephyr", "7b", "TheBloke/zephyr-7B-beta-GGUF", "zephyr-7b-beta.{QUANT}.gguf"),
+        bartowski("deepseek-r1", "1.5b", "DeepSeek-R1-Distill-Qwen-1.5B"),
+        bartowski("mistral", "7b", "Mistral-7B-Instruct-v0.3"),
     )
 
 

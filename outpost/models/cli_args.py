@@ -11,10 +11,10 @@ import argparse
 import json
 import logging
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
+from outpost.models.files import temp_path_beside
 from outpost.models.gguf_info import format_parameters
 
 __all__ = ["add_models_store_parsers", "add_pull_parser", "add_quantize_parser"]
@@ -108,20 +108,11 @@ def _cmd_models_rm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _quant_type(name: str) -> str:
-    from outpost.engine.quantize import QUANT_TYPES
-
-    by_lower = {q.lower(): q for q in QUANT_TYPES}
-    if name.lower() not in by_lower:
-        raise ValueError(f"unknown quant type {name!r}; valid: {', '.join(QUANT_TYPES)}")
-    return by_lower[name.lower()]
-
-
 def _cmd_quantize(args: argparse.Namespace) -> int:
     from outpost.cli import progress_bar
-    from outpost.engine.quantize import quantize_gguf
+    from outpost.engine.quantize import canonical_quant_type, quantize_gguf
 
-    qtype = _quant_type(args.type)
+    qtype = canonical_quant_type(args.type)
     src, dst = Path(args.input), Path(args.output)
     if not src.is_file():
         raise FileNotFoundError(f"no such model file: {src}")
@@ -130,7 +121,7 @@ def _cmd_quantize(args: argparse.Namespace) -> int:
     dst.parent.mkdir(parents=True, exist_ok=True)
     # llama.cpp writes the output in place and leaves a truncated file when it fails or is
     # interrupted: quantize into a hidden name next to OUT and rename only a finished file.
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = temp_path_beside(dst)
     try:
         quantize_gguf(src, tmp, qtype, n_threads=args.threads, progress=progress_bar(f"quantize {qtype}"))
         os.replace(tmp, dst)

@@ -22,7 +22,6 @@ class GGUFInfo:
     file_type: str  # llama.cpp's name for general.file_type: "Q4_K_M", "F16", ...
     context_length: int | None
     chat_template: bool
-    name: str | None
 
 
 def _field(reader: GGUFReader, key: str) -> Any:
@@ -55,7 +54,6 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         file_type=_file_type_name(_field(reader, "general.file_type")),
         context_length=int(context) if context is not None else None,
         chat_template=bool(_field(reader, "tokenizer.chat_template")),
-        name=_field(reader, "general.name"),
     )
 
 

@@ -102,11 +102,11 @@ def choose_file(ref: ModelRef, filenames: Sequence[str]) -> str:
     ggufs = [f for f in filenames if f.lower().endswith(".gguf") and "mmproj" not in f.lower()]
     if not ggufs:
         raise ValueError(f"{ref.repo} has no GGUF files (for safetensors repos: outpost convert {ref.repo})")
+    quant = ref.quant or DEFAULT_QUANT
     if ref.filename is not None:
         wanted = ref.filename.lower()
         matches = [f for f in ggufs if f.lower() == wanted or f.lower().rsplit("/", 1)[-1] == wanted]
     else:
-        quant = ref.quant or DEFAULT_QUANT
         matches = [f for f in ggufs if quant_in_filename(f) == quant]
         if not matches and ref.quant is None and len(ggufs) == 1 and not _SPLIT.search(ggufs[0]):
             matches = ggufs  # a repo with one GGUF: that is the model, whatever its name says
@@ -115,7 +115,6 @@ def choose_file(ref: ModelRef, filenames: Sequence[str]) -> str:
         return (top_level or matches)[0]
     if matches:
         raise ValueError(f"{ref.repo} has several files for that quant: {', '.join(sorted(matches))}")
-    quant = ref.quant or DEFAULT_QUANT
     if any(_SPLIT.search(f) and quant.lower() in f.lower() for f in ggufs):
         raise ValueError(f"{ref.repo} has {quant} only as split GGUF parts, which pull does not support yet")
     available = sorted({q for f in ggufs if (q := quant_in_filename(f))})
@@ -224,10 +223,11 @@ def verify(path: Path, remote: RemoteFile) -> tuple[str, str]:
                 git.update(block)
             bar.update(len(block))
     got = sha256.hexdigest()
-    expected, actual, kind = (remote.sha256, got, "sha256")
-    if remote.sha256 is None:
-        expected, actual, kind = (remote.git_sha1, git.hexdigest() if git else "", "git-sha1")
-    if expected is None:
+    if remote.sha256 is not None:
+        expected, actual, kind = remote.sha256, got, "sha256"
+    elif git is not None and remote.git_sha1 is not None:
+        expected, actual, kind = remote.git_sha1, git.hexdigest(), "git-sha1"
+    else:
         return got, "size"
     if actual != expected:
         path.unlink()

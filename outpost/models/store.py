@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
@@ -21,6 +20,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from outpost.models.catalog import DEFAULT_QUANT, parse_model_ref
+from outpost.models.files import temp_path_beside
 from outpost.models.home import outpost_home
 
 __all__ = ["AmbiguousModel", "Manifest", "ModelNotPulled", "ModelStore", "resolve_model_arg"]
@@ -59,7 +59,7 @@ class Manifest(BaseModel):
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = temp_path_beside(path)
     try:
         with tmp.open("w", encoding="utf-8") as f:
             f.write(text)
@@ -133,13 +133,14 @@ class ModelStore:
 
     def resolve(self, name: str) -> Manifest:
         """The stored model `name` means; ValueError (with the `outpost pull` hint) if none."""
-        by_name = [m for m in self.manifests() if m.name.lower() == name.strip().lower()]
+        stored = self.manifests()
+        by_name = [m for m in stored if m.name.lower() == name.strip().lower()]
         if by_name:
             return by_name[0]
         ref = parse_model_ref(name)
         found = [
             m
-            for m in self.manifests()
+            for m in stored
             if m.source_repo.lower() == ref.repo.lower()
             and (ref.quant is None or m.quant == ref.quant)
             and (ref.filename is None or m.file.rsplit("/", 1)[-1].lower() == ref.filename.lower())

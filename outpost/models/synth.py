@@ -10,7 +10,6 @@ multi-GB models. Quantized outputs go through llama.cpp's own quantizer (outpost
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import IO, Any, cast
 import numpy as np
 from gguf import GGUFWriter, LlamaFileType
 
+from outpost.models.files import temp_path_beside
 from outpost.models.shapes import ModelShape, get_shape
 from outpost.models.tokenizer import Vocab, add_tokenizer_metadata, build_vocab
 
@@ -163,17 +163,12 @@ def write_f16_gguf(
         writer.close()
 
 
-def _temp_path(out_path: Path, tag: str) -> Path:
-    """A hidden, unique name next to `out_path`: same filesystem, so the final rename is atomic."""
-    return out_path.with_name(f".{out_path.name}.{tag}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-
-
 def write_vocab_only_gguf(shape: str, out_path: Path) -> Path:
     """Write just the metadata and tokenizer of a shape (no tensors): enough for llama.cpp's
     vocab_only loading, i.e. tokenizer and chat-template tests, in a fraction of a second."""
     model = get_shape(shape)
     out_path = Path(out_path)
-    tmp = _temp_path(out_path, "vocab")
+    tmp = temp_path_beside(out_path, "vocab")
     try:
         write_f16_gguf(model, tmp, 0, build_vocab(model.n_vocab), with_tensors=False)
         os.replace(tmp, out_path)
@@ -215,7 +210,7 @@ def write_synthetic_model(
     n_tensors = len(tensor_specs(model))
     # One progress step per tensor written, and (quantized outputs) one per tensor quantized.
     n_steps = n_tensors * (1 if quant == "f16" else 2)
-    tmp_f16, tmp_out = _temp_path(out_path, "f16"), _temp_path(out_path, quant)
+    tmp_f16, tmp_out = temp_path_beside(out_path, "f16"), temp_path_beside(out_path, quant)
     try:
         write_f16_gguf(model, tmp_f16, seed, vocab, progress, n_steps)
         if quant != "f16":

@@ -81,15 +81,11 @@ def training_texts() -> list[str]:
 
 def prompt_texts() -> list[str]:
     """Texts long enough for PROMPT_LEN tokens each."""
-    text = "\n".join(_corpus_docs())
-    english = [text[1000 + 100_000 * i : 4000 + 100_000 * i] for i in range(3)]
-    return [*english, *(" ".join(_MULTILINGUAL[i::3]) for i in range(3)), SAMPLE_TEXT * 2]
-
-
-def _corpus_docs() -> list[str]:
     from outpost.models.corpus import load_corpus
 
-    return list(load_corpus())
+    text = "\n".join(load_corpus())
+    english = [text[1000 + 100_000 * i : 4000 + 100_000 * i] for i in range(3)]
+    return [*english, *(" ".join(_MULTILINGUAL[i::3]) for i in range(3)), SAMPLE_TEXT * 2]
 
 
 # ---------------------------------------------------------------- tokenizers

@@ -18,7 +18,7 @@ from outpost.models.convert.archs import ARCHITECTURES, arch_for, llama3_rope_fa
 from outpost.models.convert.hparams import parse_hparams, parse_rope
 from outpost.models.convert.st_reader import open_checkpoint, read_rows
 from outpost.models.convert.tensors import output_type, permute_rows
-from outpost.models.convert.vocab import add_special_flags
+from outpost.models.convert.vocab import TokenizerFiles, add_special_flags
 
 # ---------------------------------------------------------------- pre-tokenizer
 
@@ -133,7 +133,7 @@ def test_gemma3_config_before_and_after_transformers_5() -> None:
         },
     }
     for config in (old, new):
-        hp = parse_hparams(config, "Gemma3ForCausalLM", True)
+        hp = parse_hparams(config, tied_default=True)
         assert hp.swa_layers == (True,) * 5 + (False,)
         assert hp.rope.theta == 1e6 and hp.rope_swa is not None and hp.rope_swa.theta == 1e4
         assert hp.tied_embeddings and hp.head_dim == 16
@@ -151,15 +151,13 @@ def test_gemma3_query_scale_llama_cpp_cannot_express_is_refused() -> None:
         "hidden_activation": "gelu_pytorch_tanh",
         "query_pre_attn_scalar": 16,
     }
-    hp = parse_hparams(config, "Gemma3ForCausalLM", True)
+    hp = parse_hparams(config, tied_default=True)
     with pytest.raises(ValueError, match="query_pre_attn_scalar"):
         validate(ARCHITECTURES["Gemma3ForCausalLM"], hp)
 
 
 def test_qwen2_window_switched_off_is_no_window() -> None:
-    hp = parse_hparams(
-        _llama_config(sliding_window=4096, use_sliding_window=False), "Qwen2ForCausalLM", False
-    )
+    hp = parse_hparams(_llama_config(sliding_window=4096, use_sliding_window=False), tied_default=False)
     assert hp.swa_layers == () and hp.sliding_window is None
 
 
@@ -202,7 +200,7 @@ def test_unsupported_architecture_lists_the_supported_ones() -> None:
 
 
 def test_activation_llama_cpp_does_not_compute_is_refused() -> None:
-    hp = parse_hparams(_llama_config(hidden_act="gelu"), "LlamaForCausalLM", False)
+    hp = parse_hparams(_llama_config(hidden_act="gelu"), tied_default=False)
     with pytest.raises(ValueError, match="activation 'gelu'"):
         validate(ARCHITECTURES["LlamaForCausalLM"], hp)
 
@@ -295,12 +293,14 @@ def test_add_bos_from_config_flag_else_post_processor(tmp_path: Path) -> None:
             ],
         }
     }
-    assert add_special_flags(tmp_path, template, tokens, ids, default_bos=False) == (True, False)
-    assert add_special_flags(tmp_path, {}, tokens, ids, default_bos=True) == (True, False)
-    (tmp_path / "tokenizer_config.json").write_text(
-        json.dumps({"add_bos_token": False, "add_eos_token": True})
-    )
-    assert add_special_flags(tmp_path, template, tokens, ids, default_bos=True) == (False, True)
+
+    def files(tokenizer_json: dict[str, Any], tok_config: dict[str, Any]) -> TokenizerFiles:
+        return TokenizerFiles(tmp_path, tokenizer_json, tok_config, {})
+
+    assert add_special_flags(files(template, {}), tokens, ids, default_bos=False) == (True, False)
+    assert add_special_flags(files({}, {}), tokens, ids, default_bos=True) == (True, False)
+    flags = {"add_bos_token": False, "add_eos_token": True}  # tokenizer_config.json
+    assert add_special_flags(files(template, flags), tokens, ids, default_bos=True) == (False, True)
 
 
 def test_cli_offers_every_output_type() -> None:

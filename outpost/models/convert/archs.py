@@ -140,7 +140,7 @@ def write_hparams(writer: GGUFWriter, spec: ArchSpec, hp: HParams, n_vocab: int)
     writer.add_rope_dimension_count(hp.rope_dim)
     writer.add_rope_freq_base(hp.rope.theta)
     _write_rope_scaling(writer, hp.rope)
-    if spec.swa and hp.swa_layers and any(hp.swa_layers) and hp.sliding_window:
+    if spec.swa and any(hp.swa_layers) and hp.sliding_window:
         writer.add_sliding_window(hp.sliding_window)
         writer.add_sliding_window_pattern(list(hp.swa_layers))
         writer.add_rope_freq_base_swa(hp.rope_swa.theta if hp.rope_swa else 10000.0)

@@ -9,7 +9,6 @@ complete. Nothing here imports llama_cpp: the output is checked by loading it in
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -23,6 +22,7 @@ from outpost.models.convert.source import resolve_source
 from outpost.models.convert.st_reader import open_checkpoint
 from outpost.models.convert.tensors import OUTTYPES, StreamedTensor, TensorJob, plan_tensors
 from outpost.models.convert.vocab import GGUFVocab, load_vocab, read_json, write_vocab
+from outpost.models.files import temp_path_beside
 
 ProgressFn = Callable[[int, int, str], None]
 """progress(done, total, label): one step per tensor written."""
@@ -33,11 +33,6 @@ _FILE_TYPES = {
     "bf16": LlamaFileType.MOSTLY_BF16,
     "q8_0": LlamaFileType.MOSTLY_Q8_0,
 }
-
-
-def _temp_path(out_path: Path) -> Path:
-    """A hidden, unique name next to the output: same filesystem, so the final rename is atomic."""
-    return out_path.with_name(f".{out_path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
 
 
 def default_output(src: str, outtype: str) -> Path:
@@ -61,12 +56,15 @@ def _write_gguf(
     hp: HParams,
     vocab: GGUFVocab,
     jobs: list[TensorJob],
-    meta: dict[str, Any],
     progress: ProgressFn | None,
+    *,
+    name: str,
+    outtype: str,
+    repo_id: str | None,
 ) -> None:
     writer = GGUFWriter(path, spec.gguf_name)
     try:
-        _write_general(writer, meta["name"], meta["outtype"], meta["repo_id"])
+        _write_general(writer, name, outtype, repo_id)
         write_hparams(writer, spec, hp, len(vocab.tokens))
         write_vocab(writer, vocab)
         for job in jobs:
@@ -104,16 +102,16 @@ def convert_model(
         raise ValueError(f"output {out} is a directory; give a file name ending in .gguf")
     config = read_json(model_dir / "config.json")
     spec = arch_for(config)
-    hp = parse_hparams(config, spec.hf_name, spec.tied_default)
+    hp = parse_hparams(config, spec.tied_default)
     validate(spec, hp)
     jobs = plan_tensors(open_checkpoint(model_dir), spec, hp, outtype)
     n_rows = next(job.shape[0] for job in jobs if job.name == "token_embd.weight")
-    vocab = load_vocab(model_dir, n_rows, pre_tokenizer)
+    vocab = load_vocab(model_dir, config, n_rows, pre_tokenizer)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_path(out)
-    meta = {"name": (repo_id or model_dir.name).split("/")[-1], "outtype": outtype, "repo_id": repo_id}
+    tmp = temp_path_beside(out)
+    name = (repo_id or model_dir.name).split("/")[-1]
     try:
-        _write_gguf(tmp, spec, hp, vocab, jobs, meta, progress)
+        _write_gguf(tmp, spec, hp, vocab, jobs, progress, name=name, outtype=outtype, repo_id=repo_id)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)

@@ -12,16 +12,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-# HF rope types Outpost can express in GGUF; "default" means unscaled.
-ROPE_KINDS = ("none", "linear", "yarn", "llama3", "longrope")
-
 
 @dataclass(frozen=True)
 class RopeConfig:
     """Rotary embedding: base frequency and the scaling llama.cpp has to reproduce."""
 
     theta: float
-    kind: str = "none"  # one of ROPE_KINDS
+    kind: str = "none"  # none (HF "default"), linear, yarn, llama3 or longrope
     factor: float = 1.0
     original_context: int | None = None
     low_freq_factor: float = 1.0  # llama3
@@ -37,8 +34,6 @@ class RopeConfig:
 class HParams:
     """What the GGUF writer needs to know about the network (per-architecture extras are optional)."""
 
-    architecture: str
-    n_vocab: int
     n_embd: int
     n_layer: int
     n_head: int
@@ -175,7 +170,7 @@ def _swa_layers(config: dict[str, Any], n_layer: int) -> tuple[bool, ...]:
     return (True,) * n_layer
 
 
-def parse_hparams(config: dict[str, Any], architecture: str, tied_default: bool) -> HParams:
+def parse_hparams(config: dict[str, Any], tied_default: bool) -> HParams:
     """Read the common transformer hyperparameters (and the optional per-architecture ones)."""
     n_embd = int(_require(config, "hidden_size"))
     n_head = int(_require(config, "num_attention_heads"))
@@ -188,8 +183,6 @@ def parse_hparams(config: dict[str, Any], architecture: str, tied_default: bool)
     local = sections.get("sliding_attention")
     swa = _swa_layers(config, n_layer)
     return HParams(
-        architecture=architecture,
-        n_vocab=int(_require(config, "vocab_size")),
         n_embd=n_embd,
         n_layer=n_layer,
         n_head=n_head,

@@ -120,8 +120,10 @@ def read_rows(entry: TensorEntry, row0: int, row1: int) -> npt.NDArray[np.float3
     offset = entry.offset + row0 * cols * itemsize
     mapped = np.memmap(entry.path, dtype=disk_dtype, mode="r", offset=offset, shape=(n_rows, cols))
     if entry.dtype == "BF16":
-        # bf16 is the top half of a float32: widen exactly by shifting into the high bits.
-        out = (mapped.astype(np.uint32) << 16).view(np.float32)
+        # bf16 is the top half of a float32: widen exactly by shifting into the high bits (in place).
+        wide = mapped.astype(np.uint32)
+        wide <<= 16
+        out = wide.view(np.float32)
     else:
         out = np.array(mapped, dtype=np.float32)
     del mapped  # the last reference: unmaps now, so these pages stop counting towards RSS

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 import numpy.typing as npt
-from gguf import GGMLQuantizationType, get_tensor_name_map
-from gguf.quants import quant_shape_to_byte_shape, quantize
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, get_tensor_name_map
+from gguf.quants import quantize
 
 from outpost.models.convert.archs import ArchSpec, extra_tensors
 from outpost.models.convert.hparams import HParams
@@ -47,10 +48,8 @@ class TensorJob:
 
     @property
     def nbytes(self) -> int:
-        if self.qtype == QT.Q8_0:
-            return int(np.prod(quant_shape_to_byte_shape(self.shape, self.qtype)))
-        itemsize = 4 if self.qtype == QT.F32 else 2
-        return int(np.prod(self.shape, dtype=np.int64)) * itemsize
+        block_elems, block_bytes = GGML_QUANT_SIZES[self.qtype]  # f32/f16/bf16: blocks of one value
+        return int(np.prod(self.shape, dtype=np.int64)) // block_elems * block_bytes
 
     @property
     def order(self) -> tuple[int, int, str]:
@@ -149,17 +148,13 @@ class StreamedTensor:
             rows = max(head_rows, rows // head_rows * head_rows)
         return rows
 
-    def _blocks(self) -> Any:
+    def _blocks(self) -> Iterator[npt.NDArray[np.float32]]:
         job = self.job
         if job.computed is not None:
             yield job.computed
             return
         assert job.source is not None
         entry = job.source
-        if len(entry.shape) < 2:  # small: one block, and a permutation needs all of it
-            values = read_rows(entry, 0, entry.n_rows)
-            yield permute_rows(values, job.permute_heads) if job.permute_heads else values
-            return
         step = self._rows_per_block(entry.row_elems, entry.n_rows)
         for r0 in range(0, entry.n_rows, step):
             block = read_rows(entry, r0, min(r0 + step, entry.n_rows))
@@ -173,7 +168,7 @@ class StreamedTensor:
             if self.job.shift:
                 block = block + np.float32(self.job.shift)
             encoded = quantize(np.ascontiguousarray(block, dtype=np.float32), self.job.qtype)
-            fp.write(encoded.tobytes())
+            encoded.tofile(fp)
             written += encoded.nbytes
         if written != self.nbytes:
             raise RuntimeError(f"{self.job.name}: wrote {written} bytes, expected {self.nbytes}")

@@ -5,7 +5,8 @@ config.json for special tokens (tokenizer_config first, then config.json's ids, 
 defaults), deciding add_bos/add_eos (an explicit tokenizer_config flag, else what tokenizer.json's
 post-processor template does, as transformers >= 5 stores it), the chat template (chat_template.jinja
 or tokenizer_config.json), and writing all of it as `tokenizer.*` metadata. Which kind a directory
-holds is decided in `load_vocab`; vocab_bpe.py and vocab_spm.py build the token lists.
+holds is decided in `load_vocab`, which reads those files once (`TokenizerFiles`); vocab_bpe.py and
+vocab_spm.py build the token lists.
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ class GGUFVocab:
     chat_template: str | list[dict[str, str]] | None = None
 
 
+@dataclass(frozen=True)
+class TokenizerFiles:
+    """The HF files a vocabulary is built from, each read once ({} for a file that is absent)."""
+
+    model_dir: Path
+    tokenizer_json: dict[str, Any]
+    tok_config: dict[str, Any]  # tokenizer_config.json
+    model_config: dict[str, Any]  # config.json
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object from a file, or {} when the file does not exist."""
     if not path.is_file():
@@ -59,13 +70,12 @@ def padded(n_rows: int, used: int, what: str) -> tuple[list[str], list[int]]:
     return [f"[PAD{i}]" for i in range(n_rows)], [int(TokenType.UNUSED)] * n_rows
 
 
-def added_tokens(model_dir: Path, tokenizer_json: dict[str, Any]) -> dict[int, tuple[str, bool]]:
+def added_tokens(files: TokenizerFiles) -> dict[int, tuple[str, bool]]:
     """Added tokens by id: (content, special), from tokenizer.json and tokenizer_config.json."""
     found: dict[int, tuple[str, bool]] = {}
-    config = read_json(model_dir / "tokenizer_config.json")
-    for key, data in (config.get("added_tokens_decoder") or {}).items():
+    for key, data in (files.tok_config.get("added_tokens_decoder") or {}).items():
         found[int(key)] = (str(data["content"]), bool(data.get("special")))
-    for data in tokenizer_json.get("added_tokens") or []:
+    for data in files.tokenizer_json.get("added_tokens") or []:
         found[int(data["id"])] = (str(data["content"]), bool(data.get("special")))
     return found
 
@@ -76,15 +86,13 @@ def _token_text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def find_special_ids(model_dir: Path, tokens: list[str], fallback: dict[str, int]) -> dict[str, int]:
+def find_special_ids(files: TokenizerFiles, tokens: list[str], fallback: dict[str, int]) -> dict[str, int]:
     """bos/eos/unk/pad ids: tokenizer_config.json's token text, else config.json's ids, else `fallback`."""
-    tok_config = read_json(model_dir / "tokenizer_config.json")
-    model_config = read_json(model_dir / "config.json")
     index = {text: i for i, text in reversed(list(enumerate(tokens)))}  # first id wins
     ids: dict[str, int] = {}
     for kind in SPECIAL_KINDS:
-        text = _token_text(tok_config.get(f"{kind}_token"))
-        config_id = model_config.get(f"{kind}_token_id")
+        text = _token_text(files.tok_config.get(f"{kind}_token"))
+        config_id = files.model_config.get(f"{kind}_token_id")
         if isinstance(config_id, list):  # e.g. Llama 3: several EOS ids; llama.cpp finds the rest by text
             config_id = config_id[0] if config_id else None
         if text is not None and text in index:
@@ -113,37 +121,38 @@ def _template_adds(tokenizer_json: dict[str, Any], token: str | None, first: boo
 
 
 def add_special_flags(
-    model_dir: Path, tokenizer_json: dict[str, Any], tokens: list[str], ids: dict[str, int], default_bos: bool
+    files: TokenizerFiles, tokens: list[str], ids: dict[str, int], default_bos: bool
 ) -> tuple[bool, bool]:
     """(add_bos, add_eos) as the HF tokenizer applies them to a plain text."""
-    tok_config = read_json(model_dir / "tokenizer_config.json")
     result = []
     for kind, first, default in (("bos", True, default_bos), ("eos", False, False)):
-        flag = tok_config.get(f"add_{kind}_token")
+        flag = files.tok_config.get(f"add_{kind}_token")
         if isinstance(flag, bool):
             result.append(flag)
             continue
         text = tokens[ids[kind]] if kind in ids else None
-        from_template = _template_adds(tokenizer_json, text, first)
+        from_template = _template_adds(files.tokenizer_json, text, first)
         result.append(default if from_template is None else from_template)
     return result[0], result[1]
 
 
-def chat_template(model_dir: Path) -> str | list[dict[str, str]] | None:
+def chat_template(files: TokenizerFiles) -> str | list[dict[str, str]] | None:
     """chat_template.jinja (transformers >= 4.43 saves it apart), else tokenizer_config.json's."""
-    jinja = model_dir / "chat_template.jinja"
+    jinja = files.model_dir / "chat_template.jinja"
     if jinja.is_file():
         return jinja.read_text(encoding="utf-8")
-    template = read_json(model_dir / "tokenizer_config.json").get("chat_template")
+    template = files.tok_config.get("chat_template")
     if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
         return [{"name": str(t["name"]), "template": str(t["template"])} for t in template]
     if isinstance(template, str):
         return template
-    return read_json(model_dir / "chat_template.json").get("chat_template")
+    return read_json(files.model_dir / "chat_template.json").get("chat_template")
 
 
-def load_vocab(model_dir: Path, n_rows: int, pre_override: str | None = None) -> GGUFVocab:
-    """The vocabulary for a model whose embedding has `n_rows` rows.
+def load_vocab(
+    model_dir: Path, model_config: dict[str, Any], n_rows: int, pre_override: str | None = None
+) -> GGUFVocab:
+    """The vocabulary for a model (config.json: `model_config`) whose embedding has `n_rows` rows.
 
     A byte-level BPE tokenizer.json wins; otherwise a SentencePiece tokenizer.model; anything else
     is refused with the reason.
@@ -152,10 +161,13 @@ def load_vocab(model_dir: Path, n_rows: int, pre_override: str | None = None) ->
     from outpost.models.convert.vocab_spm import load_spm
 
     tokenizer_json = read_json(model_dir / "tokenizer.json")
+    files = TokenizerFiles(
+        model_dir, tokenizer_json, read_json(model_dir / "tokenizer_config.json"), model_config
+    )
     if tokenizer_json and is_byte_level(tokenizer_json):
-        vocab = load_bpe(model_dir, tokenizer_json, n_rows, pre_override)
+        vocab = load_bpe(files, n_rows, pre_override)
     elif (model_dir / "tokenizer.model").is_file():
-        vocab = load_spm(model_dir, tokenizer_json, n_rows)
+        vocab = load_spm(files, n_rows)
     elif tokenizer_json:
         kind = (tokenizer_json.get("model") or {}).get("type")
         raise ValueError(
@@ -165,7 +177,7 @@ def load_vocab(model_dir: Path, n_rows: int, pre_override: str | None = None) ->
         )
     else:
         raise FileNotFoundError(f"no tokenizer.json or tokenizer.model in {model_dir}")
-    vocab.chat_template = chat_template(model_dir)
+    vocab.chat_template = chat_template(files)
     return vocab
 
 

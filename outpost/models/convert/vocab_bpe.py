@@ -7,13 +7,19 @@ verbatim), and the pre-tokenizer choice (pretokenizer.py).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from gguf import TokenType
 
 from outpost.models.convert.pretokenizer import choose_pre_tokenizer
-from outpost.models.convert.vocab import GGUFVocab, add_special_flags, added_tokens, find_special_ids, padded
+from outpost.models.convert.vocab import (
+    GGUFVocab,
+    TokenizerFiles,
+    add_special_flags,
+    added_tokens,
+    find_special_ids,
+    padded,
+)
 
 
 def _has_byte_level(node: Any) -> bool:
@@ -41,14 +47,12 @@ def _merges(model: dict[str, Any]) -> list[str]:
     return merges
 
 
-def load_bpe(
-    model_dir: Path, tokenizer_json: dict[str, Any], n_rows: int, pre_override: str | None
-) -> GGUFVocab:
+def load_bpe(files: TokenizerFiles, n_rows: int, pre_override: str | None) -> GGUFVocab:
     """The "gpt2" vocabulary for `n_rows` embedding rows (spare rows become unused "[PADi]" tokens)."""
-    pre = choose_pre_tokenizer(tokenizer_json, pre_override)
-    model = tokenizer_json["model"]
+    pre = choose_pre_tokenizer(files.tokenizer_json, pre_override)
+    model = files.tokenizer_json["model"]
     base: dict[str, int] = model.get("vocab") or {}
-    extra = added_tokens(model_dir, tokenizer_json)
+    extra = added_tokens(files)
     used = max([*base.values(), *extra.keys()], default=-1) + 1
     tokens, types = padded(n_rows, used, "tokenizer.json")
     for text, token_id in base.items():
@@ -57,8 +61,8 @@ def load_bpe(
     for token_id, (text, special) in extra.items():
         tokens[token_id] = text
         types[token_id] = int(TokenType.CONTROL if special else TokenType.USER_DEFINED)
-    ids = find_special_ids(model_dir, tokens, {})
-    add_bos, add_eos = add_special_flags(model_dir, tokenizer_json, tokens, ids, default_bos=False)
+    ids = find_special_ids(files, tokens, {})
+    add_bos, add_eos = add_special_flags(files, tokens, ids, default_bos=False)
     return GGUFVocab(
         model="gpt2",
         pre=pre,

@@ -14,7 +14,14 @@ from typing import Any
 
 from gguf import TokenType
 
-from outpost.models.convert.vocab import GGUFVocab, add_special_flags, added_tokens, find_special_ids, padded
+from outpost.models.convert.vocab import (
+    GGUFVocab,
+    TokenizerFiles,
+    add_special_flags,
+    added_tokens,
+    find_special_ids,
+    padded,
+)
 
 _log = logging.getLogger(__name__)
 _ADDED_SCORE = -1000.0  # added tokens never win a SentencePiece merge
@@ -48,12 +55,12 @@ def _warn_normalizer(proto: Any, path: Path) -> None:
         raise ValueError(f"{path.name}: treat_whitespace_as_suffix is not supported")
 
 
-def load_spm(model_dir: Path, tokenizer_json: dict[str, Any], n_rows: int) -> GGUFVocab:
+def load_spm(files: TokenizerFiles, n_rows: int) -> GGUFVocab:
     """The "llama" vocabulary for `n_rows` embedding rows."""
-    path = model_dir / "tokenizer.model"
+    path = files.model_dir / "tokenizer.model"
     proto = _load_proto(path)
     _warn_normalizer(proto, path)
-    extra = added_tokens(model_dir, tokenizer_json)
+    extra = added_tokens(files)
     used = max([len(proto.pieces) - 1, *extra.keys()]) + 1
     tokens, types = padded(n_rows, used, "tokenizer.model")
     scores = [_PAD_SCORE] * n_rows
@@ -74,9 +81,9 @@ def load_spm(model_dir: Path, tokenizer_json: dict[str, Any], n_rows: int) -> GG
         types[token_id] = int(TokenType.CONTROL if special else TokenType.USER_DEFINED)
     trainer = proto.trainer_spec
     fallback = {"unk": trainer.unk_id, "bos": trainer.bos_id, "eos": trainer.eos_id, "pad": trainer.pad_id}
-    ids = find_special_ids(model_dir, tokens, fallback)
+    ids = find_special_ids(files, tokens, fallback)
     # LlamaTokenizer's default (and llama.cpp's for SPM) is to add BOS.
-    add_bos, add_eos = add_special_flags(model_dir, tokenizer_json, tokens, ids, default_bos=True)
+    add_bos, add_eos = add_special_flags(files, tokens, ids, default_bos=True)
     return GGUFVocab(
         model="llama",
         pre="default",
