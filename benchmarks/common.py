@@ -25,16 +25,21 @@ def bench_model(shape: str, quant: str) -> Path:
     return path
 
 
-def same_weight_layout_for_llama_cpp_python(use_extra_bufts: bool) -> None:
+def same_weight_layout_for_llama_cpp_python(layout: str, model_path: str) -> None:
     """llama-cpp-python has no repack switch; set it through the defaults `Llama` reads, so every
     engine runs the same kernels (and on AMX CPUs the baseline avoids llama.cpp's AMX crash)."""
     import llama_cpp.llama_cpp as bindings  # the module `Llama` itself reads
 
+    from outpost.engine.repack_overrides import RepackOverrides
+
     original = bindings.llama_model_default_params
+    overrides = RepackOverrides(model_path) if layout == "repacked-no-amx" else None
 
     def patched() -> Any:
         params = original()
-        params.use_extra_bufts = use_extra_bufts
+        params.use_extra_bufts = layout in ("repacked", "amx-gemv")
+        if overrides is not None:
+            overrides.apply(params)
         return params
 
     bindings.llama_model_default_params = patched
@@ -47,13 +52,21 @@ def weight_layout(model: Path, slots: int) -> str:
 
 def llama_bench_layout_args(layout: str) -> list[str]:
     """llama-bench flags for the same kernels: extra buffer types, and one token per micro-batch
-    where only AMX's one-token kernel is safe."""
+    where only AMX's one-token kernel is safe. Its -ot cannot name CPU_REPACK, so "repacked-no-amx"
+    gets the plain layout, the best llama.cpp's own tools can run where AMX tiles fault."""
     return {
         "plain": ["--repack", "0"],
         "repacked": ["--repack", "1"],
         "amx-gemv": ["--repack", "1", "-ub", "1"],
+        "repacked-no-amx": ["--repack", "0"],
     }[layout]
 
 
 def llama_server_layout_args(layout: str) -> list[str]:
-    return {"plain": ["--no-repack"], "repacked": [], "amx-gemv": ["-ub", "1"]}[layout]
+    """llama-server's flags for the same kernels (the same CPU_REPACK caveat as llama-bench's)."""
+    return {
+        "plain": ["--no-repack"],
+        "repacked": [],
+        "amx-gemv": ["-ub", "1"],
+        "repacked-no-amx": ["--no-repack"],
+    }[layout]

@@ -1,14 +1,18 @@
 """Engine benchmark: Outpost's engine vs llama-cpp-python's `Llama` vs llama.cpp's `llama-bench`.
 
 Not a test. Run:  python benchmarks/engine.py [--shapes smollm2-135m,smollm2-1.7b] [--threads 2]
-Optional baseline: LLAMA_BENCH=/path/to/llama-bench (../shared/tools/build-llama-cpp.sh builds it).
+Optional baselines: LLAMA_BENCH=/path/to/llama-bench, LLAMA_BATCHED_BENCH=/path/to/llama-batched-bench
+(../shared/tools/build-llama-cpp.sh builds both).
 
 Per shape (synthetic q4_0 model, written once under $OUTPOST_HOME/bench/), measured in one run with
 the same prompt (so the same context depth), threads, n_batch and flash-attention setting:
-  - single-stream decode tok/s: Outpost and llama-cpp-python, alternated run by run, medians;
-  - llama-bench's decode tok/s at the same depth (null when LLAMA_BENCH is unset);
-  - Outpost's aggregate decode tok/s at 1, 2, 4, 8 parallel sequences;
-  - Outpost's prefill tok/s;
+  - single-stream decode tok/s: Outpost, llama-cpp-python and llama-bench (when LLAMA_BENCH is
+    set; null otherwise), alternated run by run, medians, all with llama-bench's own KV size
+    (depth + tokens), and Outpost's again with a server's 4096 KV cells;
+  - Outpost's steady-state aggregate decode tok/s at 1, 2, 4, 8 parallel sequences (8 slots), and
+    llama-batched-bench's (when set; it cannot name CPU_REPACK alone, so where AMX tiles fault it
+    runs the plain layout, the best llama.cpp's tools offer there);
+  - Outpost's prefill tok/s with 1 slot and with 8 (their weight layouts differ on AMX CPUs);
   - memory-bandwidth utilisation = weight bytes x single-stream tok/s / numpy copy bandwidth.
 Progress goes to stderr; the last stdout line is one JSON object keyed by shape.
 """
@@ -22,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +39,12 @@ from outpost.runtime import Engine
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 PARALLEL = (1, 2, 4, 8)
+# The KV size a server runs with. Without flash attention llama.cpp stores V transposed, one row
+# per KV cell capacity, so decode at the same depth is slower with more cells (135M: ~12% from 256
+# to 4096 cells); the side-by-side runs use llama-bench's own size, and this one is reported too.
+SERVING_KV_CELLS = 4096
+# 8 slots, each with a stream of 1024 cells (room for the prefill prompt) where KV is per slot.
+BATCHED_KV_CELLS = 8192
 
 
 def copy_bandwidth_bytes_per_s() -> float:
@@ -65,26 +76,31 @@ def outpost_decode(engine: Engine, prompt: list[int], n: int) -> float:
 
 
 def outpost_parallel(engine: Engine, depth: int, n: int, k: int) -> float:
-    """Aggregate decode tok/s of k sequences decoding together (distinct prompts, same depth)."""
+    """Steady-state aggregate decode tok/s of k sequences (distinct prompts, same depth), as
+    llama-batched-bench reports it: tokens produced while all k decode together, over that window.
+
+    Summing per-request rates instead would charge each request for the others' prefill, which
+    chunked prefill interleaves with the first requests' decode steps."""
     import threading
 
-    rates: list[float] = []
+    arrivals: list[list[float]] = [[] for _ in range(k)]
 
     def one(i: int) -> None:
-        last = None
-        for event in engine.client.generate_sync(
-            GenerateRequest(make_prompt(engine, depth, salt=100 + i), max_tokens=n, sampling=GREEDY)
-        ):
-            last = event
-        assert last is not None and last.timings is not None
-        rates.append((last.timings.predicted_n - 1) / last.timings.predicted_ms * 1000.0)
+        request = GenerateRequest(make_prompt(engine, depth, salt=100 + i), max_tokens=n, sampling=GREEDY)
+        for event in engine.client.generate_sync(request):
+            arrivals[i].extend([time.perf_counter()] * len(event.token_ids))
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(k)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return sum(rates)
+    start = max(times[0] for times in arrivals)  # the last sequence's first token: all decode now
+    end = min(times[-1] for times in arrivals)  # the first sequence to finish
+    produced = sum(1 for times in arrivals for t in times if start < t <= end)
+    if end <= start or produced == 0:
+        raise RuntimeError(f"{k} sequences never decoded together; raise --tokens")
+    return produced / (end - start)
 
 
 def outpost_prefill(engine: Engine, n_tokens: int) -> float:
@@ -113,12 +129,27 @@ def llama_bench_decode(
     binary: str, model: Path, threads: int, depth: int, n: int, fa: str, layout: str
 ) -> float | None:
     cmd = [binary, "-m", str(model), "-t", str(threads), "-p", "0", "-n", str(n), "-d", str(depth)]
-    cmd += ["-fa", fa, *llama_bench_layout_args(layout), "-r", "3", "-o", "json"]
+    cmd += ["-fa", fa, *llama_bench_layout_args(layout), "-r", "1", "-o", "json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         log(f"llama-bench failed: {proc.stderr.strip()[-300:]}")
         return None
     return float(json.loads(proc.stdout)[0]["avg_ts"])
+
+
+def llama_batched_bench(
+    binary: str, model: Path, threads: int, depth: int, n: int, fa: str, layout: str
+) -> dict[str, float] | None:
+    """llama.cpp's own aggregate decode tok/s at 1, 2, 4, 8 sequences (its S_TG), same depth."""
+    cmd = [binary, "-m", str(model), "-t", str(threads), "-tb", str(threads), "-c", str(BATCHED_KV_CELLS)]
+    cmd += ["-b", "512", "-ub", "512", "-npp", str(depth), "-ntg", str(n), "-npl", "1,2,4,8", "-fa", fa]
+    cmd += ["--repack" if layout == "repacked" else "--no-repack", "--output-format", "jsonl"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        log(f"llama-batched-bench failed: {proc.stderr.strip()[-300:]}")
+        return None
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return {str(row["pl"]): round(float(row["speed_tg"]), 2) for row in rows}
 
 
 class LlamaCppPythonWorker:
@@ -135,10 +166,12 @@ class LlamaCppPythonWorker:
             str(args.threads),
             "--flash-attn",
             args.flash_attn,
-            "--repack",
-            str(int(config.use_extra_bufts)),
+            "--layout",
+            config.weight_layout,
             "--ubatch",
             str(config.effective_n_ubatch),
+            "--n-ctx",
+            str(config.n_ctx),
         ]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
@@ -158,10 +191,10 @@ def baseline_worker(args: argparse.Namespace) -> None:
     """The child side of LlamaCppPythonWorker: one measurement per JSON line on stdin."""
     from llama_cpp import Llama
 
-    same_weight_layout_for_llama_cpp_python(bool(args.repack))
+    same_weight_layout_for_llama_cpp_python(args.layout, args.baseline_worker)
     llm = Llama(
         args.baseline_worker,
-        n_ctx=4096,
+        n_ctx=args.n_ctx,
         n_batch=512,
         n_ubatch=args.ubatch,
         n_threads=args.threads,
@@ -174,44 +207,32 @@ def baseline_worker(args: argparse.Namespace) -> None:
         print(llama_cpp_python_decode(llm, job["prompt"], job["n"]), flush=True)
 
 
+def median_of(repeats: int, measure: Callable[[], float]) -> float:
+    return statistics.median(measure() for _ in range(repeats))
+
+
 def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str, Any]:
     model = bench_model(shape, args.quant)
+    kv_cells = args.depth + args.tokens  # llama-bench's own KV size (prompt + gen + depth)
 
-    def config(slots: int) -> EngineConfig:
+    def config(slots: int, n_ctx: int) -> EngineConfig:
         # Slots pick the weight layout where AMX tiles fault (outpost/engine/cpu_probe.py): one
         # sequence gets the one-token AMX kernel, eight get the batching-friendly plain layout.
         return EngineConfig(
-            model_path=str(model), n_ctx=4096, n_batch=512, n_seq_max=slots, n_threads=args.threads,
+            model_path=str(model), n_ctx=n_ctx, n_batch=512, n_seq_max=slots, n_threads=args.threads,
             flash_attn=args.flash_attn,
         )  # fmt: skip
 
-    single_config, batched_config = config(1), config(8)
-    baseline_proc = LlamaCppPythonWorker(model, args, single_config)
-    ours: list[float] = []
-    theirs: list[float] = []
-    with Engine(single_config, prefix_cache=False) as engine:
+    single_config = config(1, kv_cells)
+    ours, theirs, bench_runs = single_stream_side_by_side(shape, model, args, single_config)
+    with Engine(config(1, SERVING_KV_CELLS), prefix_cache=False) as engine:
         prompt = make_prompt(engine, args.depth)
-        for r in range(args.repeats):  # alternate engines run by run
-            ours.append(outpost_decode(engine, prompt, args.tokens))
-            theirs.append(baseline_proc.decode(prompt, args.tokens))
-            log(
-                f"  {shape} run {r + 1}: outpost {ours[-1]:.1f} tok/s, "
-                f"llama-cpp-python {theirs[-1]:.1f} tok/s"
-            )
-        baseline_proc.close()
-        prefill = statistics.median(outpost_prefill(engine, args.prefill_tokens) for _ in range(args.repeats))
+        ours_big_kv = median_of(args.repeats, lambda: outpost_decode(engine, prompt, args.tokens))
+        prefill = median_of(args.repeats, lambda: outpost_prefill(engine, args.prefill_tokens))
         weight_bytes = engine.model.describe()["size_bytes"]
-    with Engine(batched_config, prefix_cache=False) as engine:
-        batched = {str(k): outpost_parallel(engine, args.depth, args.tokens, k) for k in PARALLEL}
-        log(f"  {shape} batched: {batched}")
-    bench = os.environ.get("LLAMA_BENCH")
-    llama_bench = (
-        llama_bench_decode(
-            bench, model, args.threads, args.depth, args.tokens, args.flash_attn, single_config.weight_layout
-        )
-        if bench
-        else None
-    )
+    batched_config = config(8, BATCHED_KV_CELLS)
+    batched = batched_side_by_side(shape, model, args, batched_config)
+    llama_bench = statistics.median(bench_runs) if bench_runs else None
     single = statistics.median(ours)
     baseline = statistics.median(theirs)
     return {
@@ -220,14 +241,72 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
         "ratio_vs_llama_cpp_python": round(single / baseline, 3),
         "llama_bench_tok_s": None if llama_bench is None else round(llama_bench, 2),
         "ratio_vs_llama_bench": None if llama_bench is None else round(single / llama_bench, 3),
-        "batched_tok_s": {k: round(v, 2) for k, v in batched.items()},
-        "batched_8_over_single": round(batched["8"] / single, 3),
+        "kv_cells": kv_cells,
+        f"single_tok_s_kv{SERVING_KV_CELLS}": round(ours_big_kv, 2),
+        **batched,
+        "batched_8_over_single": round(batched["batched_tok_s"]["8"] / single, 3),
         "prefill_tok_s": round(prefill, 2),
         "weight_bytes": weight_bytes,
         "bandwidth_utilisation": round(weight_bytes * single / copy_bw, 3),
         "single_weight_layout": single_config.weight_layout,
         "batched_weight_layout": batched_config.weight_layout,
     }
+
+
+def batched_side_by_side(
+    shape: str, model: Path, args: argparse.Namespace, config: EngineConfig
+) -> dict[str, Any]:
+    """Aggregate decode at 1, 2, 4, 8 sequences with one KV pool (the default) and with a stream
+    per slot (-kvu off), prefill with 8 slots, and llama-batched-bench (streams, its default)."""
+    results: dict[str, Any] = {}
+    for key, kv_unified in (("batched_tok_s", "on"), ("batched_tok_s_kv_per_slot", "off")):
+        with Engine(config.model_copy(update={"kv_unified": kv_unified}), prefix_cache=False) as engine:
+            rates = {str(k): round(outpost_parallel(engine, args.depth, args.tokens, k), 2) for k in PARALLEL}
+            if kv_unified == "on":
+                prefill = median_of(args.repeats, lambda: outpost_prefill(engine, args.prefill_tokens))
+                results["prefill_tok_s_8_slots"] = round(prefill, 2)
+        log(f"  {shape} {key}: {rates}")
+        results[key] = rates
+    results["batched_8_over_1"] = round(results["batched_tok_s"]["8"] / results["batched_tok_s"]["1"], 3)
+    binary = os.environ.get("LLAMA_BATCHED_BENCH")
+    theirs = None
+    if binary:
+        theirs = llama_batched_bench(
+            binary, model, args.threads, args.depth, args.tokens, args.flash_attn, config.weight_layout
+        )
+        log(f"  {shape} llama-batched-bench: {theirs}")
+    results["llama_batched_bench_tok_s"] = theirs
+    return results
+
+
+def single_stream_side_by_side(
+    shape: str, model: Path, args: argparse.Namespace, config: EngineConfig
+) -> tuple[list[float], list[float], list[float]]:
+    """Outpost, llama-cpp-python's `Llama` and llama-bench, same depth and KV size, run by run in
+    a rotating order: this machine's speed drifts by ~10% over minutes, and a run right after
+    llama-bench (which loads and frees the whole model) is slower, so no engine always goes first."""
+    bench = os.environ.get("LLAMA_BENCH")
+    baseline_proc = LlamaCppPythonWorker(model, args, config)
+    rates: dict[str, list[float]] = {"outpost": [], "llama-cpp-python": [], "llama-bench": []}
+    with Engine(config, prefix_cache=False) as engine:
+        prompt = make_prompt(engine, args.depth)
+        measures: dict[str, Callable[[], float | None]] = {
+            "outpost": lambda: outpost_decode(engine, prompt, args.tokens),
+            "llama-cpp-python": lambda: baseline_proc.decode(prompt, args.tokens),
+        }
+        if bench:
+            measures["llama-bench"] = lambda: llama_bench_decode(
+                bench, model, args.threads, args.depth, args.tokens, args.flash_attn, config.weight_layout
+            )
+        names = list(measures)
+        for r in range(args.repeats):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                rate = measures[name]()
+                if rate is not None:
+                    rates[name].append(rate)
+            log(f"  {shape} run {r + 1}: " + ", ".join(f"{n} {v[-1]:.1f}" for n, v in rates.items() if v))
+    baseline_proc.close()
+    return rates["outpost"], rates["llama-cpp-python"], rates["llama-bench"]
 
 
 def main() -> None:
@@ -243,8 +322,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--flash-attn", choices=["on", "off"], default="off")
     parser.add_argument("--baseline-worker", help=argparse.SUPPRESS)
-    parser.add_argument("--repack", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--layout", default="plain", help=argparse.SUPPRESS)
     parser.add_argument("--ubatch", type=int, default=512, help=argparse.SUPPRESS)
+    parser.add_argument("--n-ctx", type=int, default=4096, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.baseline_worker:
         baseline_worker(args)

@@ -188,12 +188,14 @@ def main() -> None:
 
 
 def run_llama_cpp_python_server(argv: list[str]) -> None:
-    """`python -m llama_cpp.server ARGV` with the weight layout Outpost uses (outpost/engine/cpu_probe.py):
-    where AMX tiles fault, one token per micro-batch."""
+    """`python -m llama_cpp.server ARGV` with the weight layout Outpost picks for several slots
+    (outpost/engine/cpu_probe.py). Not the one-token AMX layout, though it serves one request at a
+    time: it loads the model on one thread and decodes on another, and on this VM that makes
+    OpenMP decode ~3x slower after AMX repacking (13 vs 39 tok/s measured)."""
     import runpy
 
-    config = EngineConfig(model_path=argv[argv.index("--model") + 1])
-    same_weight_layout_for_llama_cpp_python(config.use_extra_bufts)
+    config = EngineConfig(model_path=argv[argv.index("--model") + 1], n_seq_max=4)
+    same_weight_layout_for_llama_cpp_python(config.weight_layout, config.model_path)
     sys.argv = ["llama_cpp.server", *argv, "--n_ubatch", str(config.effective_n_ubatch)]
     runpy.run_module("llama_cpp.server", run_name="__main__")
 

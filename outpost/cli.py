@@ -32,6 +32,23 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"outpost: error: {message} (see: {self.prog} --help)\n")
 
 
+def _add_kernel_flags(p: argparse.ArgumentParser, flash_default: str | None) -> None:
+    """llama.cpp kernel choices shared by run and serve (llama-server's -fa; --repack auto|on|off)."""
+    p.add_argument(
+        "-fa",
+        "--flash-attn",
+        choices=["auto", "on", "off"],
+        default=flash_default,
+        help="flash attention (default auto = on for CPU; off decodes faster at short depth on small CPUs)",
+    )
+    p.add_argument(
+        "--repack",
+        choices=["auto", "on", "off"],
+        default=flash_default,
+        help="llama.cpp's repacked CPU weight layouts (default auto: probed where AMX tiles fault)",
+    )
+
+
 def _add_run_parser(sub: Any) -> None:
     p = sub.add_parser("run", help="chat with a model in the terminal (llama-cli's flags)")
     p.add_argument("-m", "--model", help="GGUF file (default: the built-in random-weight demo model)")
@@ -52,6 +69,7 @@ def _add_run_parser(sub: Any) -> None:
     p.add_argument("--single-turn", action="store_true", help="answer the prompt once and exit")
     p.add_argument("--chat-template", help="jinja chat template file overriding the model's")
     p.add_argument("--preset", choices=sorted(PRESETS), help="chat or summarize defaults; flags override")
+    _add_kernel_flags(p, "auto")
     p.set_defaults(handler=_cmd_run)
 
 
@@ -74,9 +92,7 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("-m", "--model", help="GGUF file (default: the built-in random-weight demo model)")
     p.add_argument("-a", "--alias", dest="model_id", help="model id clients use (default: the file stem)")
     p.add_argument("-np", "--parallel", type=int, help="slots decoded together (default 4)")
-    p.add_argument(
-        "-c", "--ctx-size", type=int, help="KV cells shared by all slots (0: trained ctx, max 8192)"
-    )
+    p.add_argument("-c", "--ctx-size", type=int, help="KV cells for all slots (0: trained ctx, max 8192)")
     p.add_argument("-t", "--threads", type=int, help="CPU threads (default: all this process may use)")
     p.add_argument("-ngl", "--n-gpu-layers", type=int, help="layers to offload to GPU")
     p.add_argument("-sm", "--split-mode", choices=["none", "layer", "row"])
@@ -100,10 +116,19 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument(
         "--cache-idle-cells",
         type=int,
-        help="KV cells finished requests keep for prefix reuse once others run (default 0: every "
-        "decode attends over every used cell, so idle caches slow all requests)",
+        help="with a shared KV pool (the default), KV cells finished requests keep for prefix reuse once "
+        "others run (default 0: every decode attends over every used cell, so idle caches slow all "
+        "requests); per-slot streams keep them all",
     )
     p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
+    p.add_argument(
+        "-kvu",
+        "--kv-unified",
+        choices=["auto", "on", "off"],
+        help="one KV pool for all slots (auto, on) or a stream of c/np cells per slot (off: faster "
+        "when all slots are busy; not with AMX's one-token layout)",
+    )
+    _add_kernel_flags(p, None)
     p.set_defaults(handler=_cmd_serve)
 
 
@@ -174,7 +199,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 _SERVE_OPTIONS = (
     "model_id parallel ctx_size threads n_gpu_layers split_mode batch_size ubatch_size host port max_queue "
     "request_timeout max_body default_max_tokens embedding_model ssl_keyfile ssl_certfile log_prompts "
-    "prefix_cache cache_idle_cells grace_period"
+    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified"
 ).split()
 
 

@@ -151,6 +151,8 @@ def _engine_config(args: argparse.Namespace, ctx_size: int) -> EngineConfig:
         "n_seq_max": 1,
         "n_gpu_layers": args.n_gpu_layers,
         "split_mode": args.split_mode,
+        "flash_attn": args.flash_attn,
+        "repack": args.repack,
         "chat_template": template,
     }
     if args.threads is not None:

@@ -31,11 +31,14 @@ class Engine:
             self.model = LoadedModel(config)
             try:
                 self.runner = ModelRunner(self.model)
-                self.n_ctx_seq = min(self.model.n_ctx_train or self.model.n_ctx, self.model.n_ctx)
+                model = self.model
+                self.n_ctx_seq = min(model.n_ctx_train or model.n_ctx_seq, model.n_ctx_seq)
                 self.scheduler_config = SchedulerConfig(
                     n_slots=config.n_seq_max,
-                    n_ctx=self.model.n_ctx,
+                    # Per-slot streams: each slot's own cells bound it, the pool is their sum.
+                    n_ctx=model.n_ctx if model.kv_unified else model.n_ctx_seq * config.n_seq_max,
                     n_ctx_seq=self.n_ctx_seq,
+                    shared_kv=model.kv_unified,
                     max_queue=max_queue,
                     step_token_budget=self.model.n_batch,
                     prefix_cache=prefix_cache,

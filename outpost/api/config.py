@@ -32,13 +32,20 @@ class ServerConfig(BaseModel):
     # Engine knobs (llama-server's flag names in the comments).
     parallel: int = Field(4, ge=1, le=256, description="slots: requests decoded together (-np)")
     ctx_size: int = Field(
-        0, ge=0, description="KV cells shared by all slots (-c); 0 = the trained context, at most 8192"
+        0, ge=0, description="KV cells for all slots (-c); 0 = the trained context, at most 8192"
     )
     threads: int | None = Field(None, ge=1, description="CPU threads (-t); default: all usable")
     n_gpu_layers: int = Field(0, ge=-1, description="layers offloaded to GPU (-ngl); -1 = all")
     split_mode: Literal["none", "layer", "row"] = "layer"
     batch_size: int = Field(512, ge=1, description="tokens per decode step (-b)")
     ubatch_size: int = Field(512, ge=1, description="physical micro-batch (-ub)")
+    flash_attn: Literal["auto", "on", "off"] = Field("auto", description="flash attention (-fa)")
+    repack: Literal["auto", "on", "off"] = Field(
+        "auto", description="llama.cpp's repacked CPU weight layouts (see outpost/engine/cpu_probe.py)"
+    )
+    kv_unified: Literal["auto", "on", "off"] = Field(
+        "auto", description="one KV pool for all slots (auto, on), or ctx_size/parallel cells each (off)"
+    )
     prefix_cache: bool = True
     cache_idle_cells: int = Field(
         0, ge=0, description="KV cells finished requests may keep for prefix reuse while others run"
@@ -101,6 +108,9 @@ class ServerConfig(BaseModel):
             "n_seq_max": self.parallel,
             "n_gpu_layers": self.n_gpu_layers,
             "split_mode": self.split_mode,
+            "flash_attn": self.flash_attn,
+            "repack": self.repack,
+            "kv_unified": self.kv_unified,
             "chat_template": self.chat_template,
         }
         if self.threads is not None:

@@ -8,9 +8,10 @@ process dies (llama.cpp issue #20824). A child process decodes a 4-token batch o
 model with that layout to find out safely; the answer is cached under $OUTPOST_HOME/probe, keyed
 by CPU model, kernel and llama-cpp-python version.
 
-Layouts: "repacked" (llama.cpp's extra buffer types, its default), "plain" (none), and
-"amx-gemv" (AMX's layout, but one token per micro-batch so only the VNNI kernel ever runs: the
-fastest decode for one or two sequences, but batching no longer pays, so more slots get "plain").
+Layouts: "repacked" (llama.cpp's extra buffer types, its default), "plain" (none), "amx-gemv"
+(AMX's layout, but one token per micro-batch so only the VNNI kernel ever runs: the fastest
+decode for one or two sequences, but batching no longer pays), and "repacked-no-amx" (llama.cpp's
+CPU_REPACK layout alone, named tensor by tensor, see repack_overrides.py: for more slots).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Literal
 
 _log = logging.getLogger(__name__)
 
-WeightLayout = Literal["repacked", "plain", "amx-gemv"]
+WeightLayout = Literal["repacked", "plain", "amx-gemv", "repacked-no-amx"]
 PROBE_TIMEOUT_S = 300.0
 
 
@@ -94,21 +95,23 @@ def _run_probe() -> bool:
     return proc.returncode == 0
 
 
-# Slots up to which AMX's one-token mode beats the plain layout at every load. Measured here (135M /
-# 1.7B q4_0, 2 threads, aggregate tok/s at 1, 2, 4, 8 sequences): one-token 163/118/113/84 and
-# 20/14/15/12, plain 83/118/163/168 and 5.7/11/17/18. Each token is its own micro-batch, so the
-# weights are read once per sequence per step and batching stops paying.
+# Slots up to which AMX's one-token mode is the better choice. Measured here (135M / 1.7B q4_0, 2
+# threads, aggregate tok/s at 1, 2, 4, 8 sequences): one-token 163/118/113/84 and 20/14/15/12,
+# repacked without AMX 96/134/212/217 and 9.3/14/28/31. Each token is its own micro-batch, so the
+# weights are read once per sequence per step and batching stops paying; at 2 slots the two are
+# even at full load, and one-token is 2.3x faster whenever only one request runs.
 ONE_TOKEN_MAX_SLOTS = 2
 
 
 def choose_layout(repack: Literal["auto", "on", "off"], n_slots: int = 1) -> WeightLayout:
     """auto: llama.cpp's default, unless its AMX tiles fault here: then AMX's one-token kernel for
-    up to ONE_TOKEN_MAX_SLOTS slots (latency), the plain layout for more (batched throughput)."""
+    up to ONE_TOKEN_MAX_SLOTS slots (latency), the repacked layout without AMX for more (batched
+    throughput)."""
     if repack == "off":
         return "plain"
     if repack == "on" or not cpu_has_amx() or amx_tiles_work():
         return "repacked"
-    return "amx-gemv" if n_slots <= ONE_TOKEN_MAX_SLOTS else "plain"
+    return "amx-gemv" if n_slots <= ONE_TOKEN_MAX_SLOTS else "repacked-no-amx"
 
 
 def _probe_child(model_path: str) -> None:

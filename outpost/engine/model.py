@@ -17,6 +17,7 @@ import numpy.typing as npt
 from outpost.engine.chat_template import ChatTemplate
 from outpost.engine.config import EngineConfig
 from outpost.engine.lib import ensure_backend, llama, recent_problems
+from outpost.engine.repack_overrides import RepackOverrides
 from outpost.engine.vocab import Vocab
 
 _log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ class ModelLoadError(RuntimeError):
 
 
 class LoadedModel:
-    """A model plus one context with `n_seq_max` sequences over a unified KV cache."""
+    """A model plus one context with `n_seq_max` sequences, over one KV pool or a stream each."""
 
     def __init__(self, config: EngineConfig) -> None:
         ensure_backend()
@@ -44,6 +45,7 @@ class LoadedModel:
         self._model: Any = None
         self._ctx: Any = None
         self._tensor_split: Any = None  # keeps the float array alive while llama.cpp may read it
+        self._overrides: RepackOverrides | None = None  # the same, for the tensor override array
         self._model = llama.llama_model_load_from_file(config.model_path.encode(), self._model_params())
         if not self._model:
             raise ModelLoadError(
@@ -60,6 +62,8 @@ class LoadedModel:
             # llama.cpp may round n_ctx up and clamp n_batch to it: plan with what it really chose.
             self.n_ctx = int(llama.llama_n_ctx(self._ctx))
             self.n_batch = int(llama.llama_n_batch(self._ctx))
+            self.kv_unified = config.effective_kv_unified
+            self.n_ctx_seq = int(llama.llama_n_ctx_seq(self._ctx))  # cells one sequence may use
             self.memory = llama.llama_get_memory(self._ctx)
             self.chat_template = self._load_chat_template()
         except BaseException:
@@ -73,6 +77,9 @@ class LoadedModel:
         params.split_mode = _SPLIT_MODES[cfg.split_mode]
         params.main_gpu = cfg.main_gpu
         params.use_extra_bufts = cfg.use_extra_bufts
+        if cfg.weight_layout == "repacked-no-amx":
+            self._overrides = RepackOverrides(cfg.model_path)
+            self._overrides.apply(params)
         if cfg.use_mlock:
             params.load_mode = (
                 llama.LLAMA_LOAD_MODE_MMAP_MLOCK if cfg.use_mmap else llama.LLAMA_LOAD_MODE_MLOCK
@@ -99,9 +106,9 @@ class LoadedModel:
         params.flash_attn_type = _FLASH_ATTN[cfg.flash_attn]
         params.type_k = _KV_TYPES[cfg.kv_cache_type]
         params.type_v = _KV_TYPES[cfg.kv_cache_type]
-        # One pool of cells for all slots: a sequence may use as much of n_ctx as is free, and
-        # sequences can share cells (a system prompt copied with seq_cp costs no extra memory).
-        params.kv_unified = True
+        # Unified: one pool of cells for all slots, shared prefixes cost no extra memory, but every
+        # token attends over every slot's cells. Else one stream of n_ctx / n_seq_max cells per slot.
+        params.kv_unified = cfg.effective_kv_unified
         params.no_perf = True
         return params
 

@@ -51,7 +51,13 @@ class ModelRunner:
             self._setup_sampler(setup)
         if not out.chunks:
             return RunnerOutput()
-        outputs = self.batch.fill(out.chunks)
+        chunks = out.chunks
+        if not self.model.kv_unified:
+            # With a stream per slot llama.cpp cuts a micro-batch wherever seq ids stop rising by
+            # one (llama_batch_allocr::split_equal, sequential): in seq id order, all busy slots in
+            # a row share one pass over the weights.
+            chunks = sorted(chunks, key=lambda chunk: chunk.seq_id)
+        outputs = self.batch.fill(chunks)
         status = int(llama.llama_decode(self.model.ctx, self.batch.struct))
         if status != 0:
             return RunnerOutput(decode_status=status, error=_decode_error(status))
@@ -63,7 +69,19 @@ class ModelRunner:
             if isinstance(op, SeqRemove):
                 llama.llama_memory_seq_rm(mem, op.seq_id, op.p0, op.p1)
             elif isinstance(op, SeqCopy):
-                llama.llama_memory_seq_cp(mem, op.src, op.dst, op.p0, op.p1)
+                self._copy_prefix(op)
+
+    def _copy_prefix(self, op: SeqCopy) -> None:
+        """In one KV pool a copy only tags cells; across per-slot streams llama.cpp copies whole
+        streams only, so the source's stream is copied and the destination trimmed back to p1."""
+        mem = self.model.memory
+        if self.model.kv_unified:
+            llama.llama_memory_seq_cp(mem, op.src, op.dst, op.p0, op.p1)
+            return
+        if op.p0 != 0:
+            raise ValueError(f"per-slot KV streams copy prefixes only (got p0={op.p0})")
+        llama.llama_memory_seq_cp(mem, op.src, op.dst, -1, -1)
+        llama.llama_memory_seq_rm(mem, op.dst, op.p1, -1)
 
     def _setup_sampler(self, setup: SamplerSetup) -> None:
         old = self.samplers.pop(setup.seq_id, None)

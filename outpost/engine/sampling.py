@@ -2,12 +2,21 @@
 
 Order matches llama.cpp's common sampler: logit bias, penalties, then top-k, typical, top-p,
 min-p, temperature, and a seeded draw (or greedy at temperature 0).
+
+Plain greedy (temperature 0, no penalties, no grammar) skips the native chain at sampling time:
+llama_sampler_sample copies the whole vocabulary into a candidate array every token (~0.15 ms for
+a 49k vocabulary, 3% of a 135M model's decode step), where an argmax over the logits row costs
+~0.02 ms and picks the same token (the first maximum, as llama.cpp's greedy sampler does).
 """
 
 from __future__ import annotations
 
+import ctypes
 import random
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from outpost.engine.lib import llama
 from outpost.messages import SamplingParams
@@ -20,6 +29,11 @@ class SamplerChain:
 
     def __init__(self, params: SamplingParams, vocab: Any, n_vocab: int, eog_ids: frozenset[int]) -> None:
         self._penalties_index = -1  # where in the chain the penalty sampler sits, if any
+        self._logits_row_type = ctypes.c_float * n_vocab
+        self._argmax_only = is_plain_greedy(params)
+        self._bias_ids: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self._bias_values: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
+        self._bias_set: frozenset[int] = frozenset()
         chain_params = llama.llama_sampler_chain_default_params()
         chain_params.no_perf = True
         self._chain: Any = llama.llama_sampler_chain_init(chain_params)
@@ -45,6 +59,9 @@ class SamplerChain:
         if p.ignore_eos:
             biases.update({t: _NEG_INF for t in eog_ids})
         if biases:
+            self._bias_ids = np.fromiter(biases.keys(), dtype=np.int64, count=len(biases))
+            self._bias_values = np.fromiter(biases.values(), dtype=np.float32, count=len(biases))
+            self._bias_set = frozenset(biases)
             arr = (llama.llama_logit_bias * len(biases))(
                 *[llama.llama_logit_bias(t, b) for t, b in biases.items()]
             )
@@ -80,10 +97,41 @@ class SamplerChain:
             llama.llama_sampler_accept(penalties, token)
 
     def sample(self, ctx: Any, output_index: int) -> int:
+        if self._argmax_only:
+            return self._argmax(ctx, output_index)
         # llama_sampler_sample already accepts the token into the chain: never accept it again.
         return int(llama.llama_sampler_sample(self._chain, ctx, output_index))
+
+    def _argmax(self, ctx: Any, output_index: int) -> int:
+        """Greedy over the logits row (with logit biases added), without the native chain; a
+        greedy chain without penalties or grammar keeps no state, so nothing needs accepting."""
+        address = ctypes.cast(llama.llama_get_logits_ith(ctx, output_index), ctypes.c_void_p).value
+        if not address:
+            raise ValueError(f"no logits were requested for batch index {output_index}")
+        row = np.frombuffer(memoryview(self._logits_row_type.from_address(address)), dtype=np.float32)
+        best = int(row.argmax())
+        if not self._bias_ids.size:
+            return best
+        # The unbiased winner stands when no biased token reaches it (ignore_eos: EOG is rarely
+        # the argmax); only otherwise copy the row to add the biases.
+        if best not in self._bias_set and float((row[self._bias_ids] + self._bias_values).max()) < row[best]:
+            return best
+        biased = row.copy()
+        biased[self._bias_ids] += self._bias_values
+        return int(biased.argmax())
 
     def free(self) -> None:
         if self._chain:
             llama.llama_sampler_free(self._chain)
             self._chain = None
+
+
+def is_plain_greedy(params: SamplingParams) -> bool:
+    """Greedy whose choice depends on the logits row and the logit biases alone."""
+    return (
+        params.temperature <= 0.0
+        and not params.grammar
+        and params.repeat_penalty == 1.0
+        and params.frequency_penalty == 0.0
+        and params.presence_penalty == 0.0
+    )

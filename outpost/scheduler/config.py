@@ -14,7 +14,7 @@ class SchedulerConfig:
     """How the scheduler shares one llama.cpp context between requests.
 
     n_slots: concurrent requests; slot i is llama.cpp sequence id i (the context's n_seq_max).
-    n_ctx: KV cells in the unified cache, shared by every slot.
+    n_ctx: KV cells in all: the unified cache shared by every slot, or the sum of per-slot streams.
     n_ctx_seq: the most positions one request may use, prompt plus output.
     max_queue: requests allowed to wait beyond the free slots; more raise `QueueFull`.
     step_token_budget: tokens per llama_decode (the context's n_batch): decode tokens first,
@@ -25,6 +25,9 @@ class SchedulerConfig:
         in llama.cpp's unified cache every decode attends over every cell up to the highest one in
         use, so an idle cache taxes every running request (135M model: 74 -> 61 -> 58 tok/s with
         0, 1, 2 idle 256-token caches). The cache a new request reuses is always kept.
+    shared_kv: the slots share one pool of cells (llama.cpp's unified cache). False: each slot has
+        its own stream of n_ctx_seq cells, so idle caches cost running requests nothing and are
+        kept whatever idle_cache_cells says.
     """
 
     n_slots: int = 4
@@ -34,6 +37,7 @@ class SchedulerConfig:
     step_token_budget: int = 512
     prefix_cache: bool = True
     idle_cache_cells: int = 0
+    shared_kv: bool = True
 
     def __post_init__(self) -> None:
         if self.n_slots < 1:

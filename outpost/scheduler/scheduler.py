@@ -180,7 +180,8 @@ class Scheduler:
                 state.admitted_at = now
             seq = plan.dst.seq_id
             self._setups[seq] = SamplerSetup(seq, state.req.sampling, state.penalty_history())
-            self._ops += self._pool.trim_idle(self.config.idle_cache_cells, (plan.dst, plan.src))
+            if self.config.shared_kv:
+                self._ops += self._pool.trim_idle(self.config.idle_cache_cells, (plan.dst, plan.src))
 
     def _make_room(self, need: int, keep: tuple[Slot | None, ...]) -> bool:
         """Evicts idle caches until `need` more cells fit beside what running prefills still need.

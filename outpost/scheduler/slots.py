@@ -4,10 +4,12 @@ Slot i is sequence id i. `Slot.cached` is exactly the tokens whose KV sits in th
 positions 0..len-1; it changes only with the memory ops the scheduler emits (applied, in order,
 before the step's decode) and with chunks that were decoded successfully.
 
-The cache is unified, so `llama_memory_seq_cp` makes two sequences share cells rather than copy
-them. To count cells exactly, each slot also keeps `runs`: its positions split into runs of cells
-that were created together (same `origin`). A copy shares the source's runs; evaluating new tokens
-creates (or extends) a run of the slot's own. All runs of one origin start at the same position
+In a unified cache `llama_memory_seq_cp` makes two sequences share cells rather than copy them
+(with a stream per slot the runner copies, and the count below is a lower bound that never
+matters: each slot is then bounded by its own stream). To count cells exactly, each slot also
+keeps `runs`: its positions split into runs of cells that were created together (same
+`origin`). A copy shares the source's runs; evaluating new tokens creates (or extends) a run of
+the slot's own. All runs of one origin start at the same position
 (copies and truncations only cut their ends), so the cells in use are, per origin, the positions
 from its start to the furthest end any slot still holds.
 """

@@ -81,7 +81,16 @@ def test_prompt_alone_matches_prompt_inside_batch_of_8(model: LoadedModel) -> No
         _assert_close(alone[seq], together[seq])
 
 
-def test_prefix_copied_from_another_sequence_matches_cold(model: LoadedModel) -> None:
+@pytest.mark.parametrize("kv_unified", ["on", "off"])
+def test_prefix_copied_from_another_sequence_matches_cold(tiny_model: Path, kv_unified: str) -> None:
+    config = EngineConfig(model_path=str(tiny_model), n_ctx=2048, n_seq_max=8, kv_unified=kv_unified)
+    with LoadedModel(config) as model:
+        assert model.kv_unified == (kv_unified == "on")
+        assert model.n_ctx_seq == (2048 if kv_unified == "on" else 256)
+        _check_prefix_copy(model)
+
+
+def _check_prefix_copy(model: LoadedModel) -> None:
     batch = TokenBatch(512)
     shared = _prompts(model, 8)[7]
     suffix = model.vocab.tokenize(" and then the harbor lights went out", add_special=False)
@@ -93,3 +102,39 @@ def test_prefix_copied_from_another_sequence_matches_cold(model: LoadedModel) ->
     ModelRunner(model).execute(SchedulerOutput(memory_ops=[SeqCopy(1, 2, 0, len(shared))]))
     warm = _decode(model, batch, [BatchChunk(2, suffix, len(shared), True)])[2]
     _assert_close(cold, warm)
+
+
+@pytest.mark.parametrize("bias", ["none", "ban-top", "ban-other", "boost-other"])
+def test_argmax_greedy_picks_what_the_native_greedy_chain_picks(model: LoadedModel, bias: str) -> None:
+    """The argmax shortcut for plain greedy must agree with llama.cpp's own chain, biases included:
+    banning the top token (as ignore_eos bans EOG) moves both to the runner-up, banning another
+    changes nothing, and boosting the weakest token past the top makes it win."""
+    from outpost.engine.sampling import SamplerChain, is_plain_greedy
+    from outpost.messages import SamplingParams
+
+    _clear(model)
+    batch = TokenBatch(512)
+    logits = _decode(model, batch, [BatchChunk(0, _prompts(model, 1)[0], 0, True)])[0]
+    order = np.argsort(logits)
+    top, runner_up, weakest = int(order[-1]), int(order[-2]), int(order[0])
+    boost = float(logits[top] - logits[weakest]) + 1.0
+    biases, expected = {
+        "none": ((), top),
+        "ban-top": (((top, float("-inf")),), runner_up),
+        "ban-other": (((runner_up, float("-inf")),), top),
+        "boost-other": (((weakest, boost),), weakest),
+    }[bias]
+    params = SamplingParams(temperature=0.0, logit_bias=biases)
+    native_params = SamplingParams(temperature=0.0, logit_bias=biases, repeat_penalty=1.0001)
+    assert is_plain_greedy(params) and not is_plain_greedy(native_params)
+    vocab = model.vocab
+    fast = SamplerChain(params, vocab.handle, vocab.n_tokens, vocab.eog_ids)
+    native = SamplerChain(native_params, vocab.handle, vocab.n_tokens, vocab.eog_ids)
+    index = int(batch.struct.n_tokens) - 1
+    try:
+        picked = fast.sample(model.ctx, index)
+        assert picked == native.sample(model.ctx, index)
+        assert picked == expected
+    finally:
+        fast.free()
+        native.free()

@@ -126,3 +126,30 @@ def test_quantized_model_serves_batches(tiny_model: Path, tmp_path: Path) -> Non
             return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(4))), timeout=60)
 
         assert asyncio.run(all_four()) == [12, 12, 12, 12]
+
+
+def test_a_stream_per_slot_serves_batches_and_copies_prefixes_across_slots(tiny_model: Path) -> None:
+    """-kvu off: each slot its own KV stream; a prefix held by another slot is copied (the runner
+    copies the stream and trims it), and busy slots decode together, in seq id order."""
+    config = EngineConfig(model_path=str(tiny_model), n_ctx=4096, n_seq_max=4, n_batch=256, kv_unified="off")
+    with Engine(config, max_queue=32) as engine:
+        assert not engine.model.kv_unified and engine.n_ctx_seq == 1024
+        system = "You are a meticulous archivist. " * 12
+        first = _chat(engine, "Catalogue the copper lantern.", system)
+        second = _chat(engine, "Describe the orchard at dusk.", system)
+        _run(engine, GenerateRequest(first, max_tokens=4, sampling=GREEDY))
+        warm_tokens, _, warm = _run(engine, GenerateRequest(second, max_tokens=12, sampling=GREEDY))
+        assert warm.timings is not None and warm.timings.cache_n >= 100
+
+        async def one(i: int) -> int:
+            req = GenerateRequest(_chat(engine, f"Story {i}"), max_tokens=8 + i, sampling=GREEDY)
+            return sum([len(event.token_ids) async for event in engine.client.generate(req)])
+
+        async def all_of_them() -> list[int]:
+            return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(8))), timeout=120)
+
+        assert asyncio.run(all_of_them()) == [8 + i for i in range(8)]
+    cold_config = EngineConfig(model_path=str(tiny_model), n_ctx=4096, n_seq_max=4, n_batch=256)
+    with Engine(cold_config, prefix_cache=False) as cold_engine:
+        cold_tokens, _, _ = _run(cold_engine, GenerateRequest(second, max_tokens=12, sampling=GREEDY))
+    assert warm_tokens[:4] == cold_tokens[:4]

@@ -20,7 +20,7 @@ from outpost.engine.config import EngineConfig
         ("auto", True, True, 8, "repacked"),
         ("auto", True, False, 1, "amx-gemv"),
         ("auto", True, False, 2, "amx-gemv"),
-        ("auto", True, False, 4, "plain"),
+        ("auto", True, False, 4, "repacked-no-amx"),
         ("off", True, False, 1, "plain"),
         ("on", True, False, 1, "repacked"),
     ],
@@ -34,15 +34,30 @@ def test_layout_choice(
 
 
 @pytest.mark.parametrize(
-    ("layout", "extra_bufts", "ubatch"),
-    [("repacked", True, 256), ("plain", False, 256), ("amx-gemv", True, 1)],
+    ("layout", "extra_bufts", "ubatch", "unified"),
+    [
+        ("repacked", True, 256, True),
+        ("plain", False, 256, True),
+        ("amx-gemv", True, 1, True),
+        ("repacked-no-amx", False, 256, True),
+    ],
 )
-def test_layout_sets_buffers_and_micro_batch(
-    monkeypatch: pytest.MonkeyPatch, tiny_model: Path, layout: str, extra_bufts: bool, ubatch: int
+def test_layout_sets_buffers_micro_batch_and_kv_streams(
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_model: Path,
+    layout: str,
+    extra_bufts: bool,
+    ubatch: int,
+    unified: bool,
 ) -> None:
     monkeypatch.setattr(engine_config, "choose_layout", lambda repack, n_slots: layout)
     cfg = EngineConfig(model_path=str(tiny_model), n_batch=256, n_ubatch=512)
     assert (cfg.use_extra_bufts, cfg.effective_n_ubatch) == (extra_bufts, ubatch)
+    assert cfg.effective_kv_unified == unified
+    for asked in ("on", "off"):
+        asked_cfg = EngineConfig(model_path=str(tiny_model), kv_unified=asked)
+        # llama.cpp crashes with AMX weights and a stream per slot: one pool there, whatever asked
+        assert asked_cfg.effective_kv_unified == (asked == "on" or layout == "amx-gemv")
 
 
 def test_probe_runs_once_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -66,3 +81,27 @@ def test_probe_runs_once_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: 
         assert cpu_probe.amx_tiles_work() is False and len(runs) == 2  # other key: probed again
     finally:
         cpu_probe.amx_tiles_work.cache_clear()
+
+
+def test_run_and_serve_flags_reach_the_engine_config(tmp_path: Path) -> None:
+    """-fa and --repack, as llama-server users type them, end up in the EngineConfig both commands load."""
+    from outpost.api.config import build_server_config
+    from outpost.cli import _SERVE_OPTIONS, build_parser
+    from outpost.run import _engine_config
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    parser = build_parser()
+    serve_args = parser.parse_args(["serve", "-m", str(model), "-fa", "off", "--repack", "off", "-kvu", "on"])
+    options = {name: getattr(serve_args, name) for name in _SERVE_OPTIONS}
+    engine = build_server_config({**options, "model_path": str(model)}).engine_config()
+    assert (engine.flash_attn, engine.repack, engine.weight_layout) == ("off", "off", "plain")
+    assert engine.effective_kv_unified
+    defaults = build_server_config({"model_path": str(model)}).engine_config()
+    assert (defaults.flash_attn, defaults.repack, defaults.kv_unified) == ("auto", "auto", "auto")
+    run_args = parser.parse_args(["run", "-m", str(model), "--flash-attn", "on", "--repack", "off"])
+    run_engine = _engine_config(run_args, 0)
+    assert (run_engine.flash_attn, run_engine.weight_layout) == ("on", "plain")
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["serve", "-fa", "maybe"])
+    assert exit_info.value.code == 2

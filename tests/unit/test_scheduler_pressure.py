@@ -242,3 +242,20 @@ def test_without_prefix_cache_no_idle_cache_survives_an_admission() -> None:
     h.add(prompt(20, base=1000), max_tokens=2)  # same prompt, but no prefix cache: slot 1, slot 0 dropped
     h.step()
     assert SeqRemove(0) in h.runner.steps[-1].memory_ops
+
+
+def test_per_slot_streams_keep_idle_caches_for_later_reuse() -> None:
+    """With a KV stream per slot an idle cache costs running requests nothing: admissions keep it
+    (budget 0 notwithstanding), and a later request reuses it."""
+    h = Harness(SchedulerConfig(n_slots=3, n_ctx=192, n_ctx_seq=64, step_token_budget=32, shared_kv=False))
+    first = prompt(20, base=1000)
+    h.add(first, max_tokens=2)
+    h.run()
+    h.add(prompt(10, base=3000), max_tokens=2)  # reuses nothing: slot 1; slot 0 keeps its cache
+    h.step()
+    assert SeqRemove(0) not in h.runner.steps[-1].memory_ops
+    h.run()
+    rid = h.add([*first, 7, 8], max_tokens=2)
+    h.run()
+    final = h.final(rid)
+    assert final.timings is not None and final.timings.cache_n == 20

@@ -1,0 +1,72 @@
+"""The repacked layout without AMX (outpost/engine/repack_overrides.py), on real llama.cpp.
+
+Named tensor by tensor, the overrides bypass llama.cpp's own check of what the repack takes, so
+these tests pin both halves: only repackable tensors are named, and a model loaded that way puts
+them in CPU_REPACK and computes the same logits as the plain layout.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from outpost.engine import config as engine_config
+from outpost.engine.batch import TokenBatch
+from outpost.engine.config import EngineConfig
+from outpost.engine.lib import capture_log_lines, llama
+from outpost.engine.model import LoadedModel
+from outpost.engine.repack_overrides import repackable_tensor_patterns
+from outpost.models import write_synthetic_model
+from outpost.scheduler.output import BatchChunk
+
+KINDS = ("attn_k", "attn_output", "attn_q", "attn_v", "ffn_down", "ffn_gate", "ffn_up")
+
+
+@pytest.fixture(scope="module")
+def tiny_q4_0(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("models") / "tiny-q4_0.gguf"
+    return write_synthetic_model("tiny", path, quant="q4_0", seed=0)
+
+
+def test_patterns_name_every_block_matmul_of_a_q4_0_model_and_nothing_else(tiny_q4_0: Path) -> None:
+    patterns = repackable_tensor_patterns(str(tiny_q4_0))
+    assert patterns == [rf"^blk\.(0|1|2|3)\.{kind}\.weight$" for kind in KINDS]
+    named = [re.compile(p) for p in patterns]
+    for name in ("token_embd.weight", "output.weight", "blk.0.attn_norm.weight", "blk.10.ffn_up.weight"):
+        assert not any(p.search(name) for p in named), name
+
+
+def test_f16_weights_are_left_alone(tiny_model: Path) -> None:
+    assert repackable_tensor_patterns(str(tiny_model)) == []
+
+
+def _last_logits(layout: str, model_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[np.ndarray, str]:
+    monkeypatch.setattr(engine_config, "choose_layout", lambda repack, n_slots: layout)
+    buffers: list[str] = []
+    with capture_log_lines(lambda line: buffers.append(line) if "model buffer size" in line else None):
+        model = LoadedModel(EngineConfig(model_path=str(model_path), n_ctx=512, n_seq_max=4))
+    try:
+        prompt = model.vocab.tokenize("The river carried copper light past quiet markets", add_special=False)
+        batch = TokenBatch(64)
+        outputs = batch.fill([BatchChunk(0, list(prompt), 0, True)])
+        assert llama.llama_decode(model.ctx, batch.struct) == 0
+        return model.output_logits(outputs[0]), " ".join(buffers)
+    finally:
+        model.close()
+
+
+def test_repacked_without_amx_loads_into_cpu_repack_and_matches_plain(
+    tiny_q4_0: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repacked, repacked_buffers = _last_logits("repacked-no-amx", tiny_q4_0, monkeypatch)
+    plain, plain_buffers = _last_logits("plain", tiny_q4_0, monkeypatch)
+    assert "CPU_REPACK" in repacked_buffers and "CPU_REPACK" not in plain_buffers
+    spread = float(plain.max() - plain.min())
+    assert spread > 1.0  # peaked enough for the comparison to mean something
+    assert float(np.max(np.abs(repacked - plain))) < 0.02 * spread
+    top2 = np.sort(plain)[-2:]
+    if top2[1] - top2[0] > 0.05 * spread:
+        assert int(np.argmax(repacked)) == int(np.argmax(plain))
