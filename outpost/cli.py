@@ -212,8 +212,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     options["cors_origins"] = (
         tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else None
     )
-    if args.model or "OUTPOST_MODEL_PATH" not in os.environ:
-        options["model_path"] = _resolve_model(args.model, "serve")
+    # -m, else OUTPOST_MODEL_PATH (a path or a store name, like -m), else the demo model.
+    options["model_path"] = _resolve_model(args.model or os.environ.get("OUTPOST_MODEL_PATH"), "serve")
     config = build_server_config(options, args.api_key_file, args.chat_template)
     return serve(config)
 

@@ -65,6 +65,12 @@ class EngineConfig(BaseModel):
         return self.weight_layout in ("repacked", "amx-gemv")
 
     @property
+    def use_repack_overrides(self) -> bool:
+        """CPU_REPACK named tensor by tensor (repack_overrides.py); never with GPU layers, whose
+        weights the overrides would pin to the CPU."""
+        return self.weight_layout == "repacked-no-amx" and self.n_gpu_layers == 0
+
+    @property
     def effective_kv_unified(self) -> bool:
         """One pool unless asked otherwise. A stream per slot decodes faster when every slot is busy
         (no token attends over other slots' cells: 135M, 8 sequences at depth 128, raw

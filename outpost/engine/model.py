@@ -77,7 +77,7 @@ class LoadedModel:
         params.split_mode = _SPLIT_MODES[cfg.split_mode]
         params.main_gpu = cfg.main_gpu
         params.use_extra_bufts = cfg.use_extra_bufts
-        if cfg.weight_layout == "repacked-no-amx":
+        if cfg.use_repack_overrides:
             self._overrides = RepackOverrides(cfg.model_path)
             self._overrides.apply(params)
         if cfg.use_mlock:

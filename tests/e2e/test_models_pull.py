@@ -200,8 +200,15 @@ def test_gated_repo_needs_hf_token(fake_hub: FakeHub, tiny_q4km: Path, tmp_path:
     assert not fake_hub.file_gets()[-1].authorized  # the token is not sent on to the CDN
 
 
-def test_serve_with_a_name_not_pulled_exits_2_without_downloading(fake_hub: FakeHub, tmp_path: Path) -> None:
-    r = _outpost(tmp_path / "home", "serve", "-m", "smollm2:360m", "--port", "1")
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_serve_with_a_name_not_pulled_exits_2_without_downloading(
+    fake_hub: FakeHub, tmp_path: Path, how: str
+) -> None:
+    """-m and OUTPOST_MODEL_PATH both take a store name (or a path); neither ever downloads."""
+    if how == "flag":
+        r = _outpost(tmp_path / "home", "serve", "-m", "smollm2:360m", "--port", "1")
+    else:
+        r = _outpost(tmp_path / "home", "serve", "--port", "1", env={"OUTPOST_MODEL_PATH": "smollm2:360m"})
     assert r.returncode == 2
     assert "download it first: outpost pull smollm2:360m" in _one_error_line(r)
     assert fake_hub.requests == []

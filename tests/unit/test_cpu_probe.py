@@ -54,6 +54,9 @@ def test_layout_sets_buffers_micro_batch_and_kv_streams(
     cfg = EngineConfig(model_path=str(tiny_model), n_batch=256, n_ubatch=512)
     assert (cfg.use_extra_bufts, cfg.effective_n_ubatch) == (extra_bufts, ubatch)
     assert cfg.effective_kv_unified == unified
+    assert cfg.use_repack_overrides == (layout == "repacked-no-amx")
+    gpu_cfg = EngineConfig(model_path=str(tiny_model), n_gpu_layers=-1)
+    assert not gpu_cfg.use_repack_overrides  # the overrides would pin offloaded weights to the CPU
     for asked in ("on", "off"):
         asked_cfg = EngineConfig(model_path=str(tiny_model), kv_unified=asked)
         # llama.cpp crashes with AMX weights and a stream per slot: one pool there, whatever asked
