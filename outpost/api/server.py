@@ -73,10 +73,11 @@ class DrainingServer(uvicorn.Server):
             self._announced = True
             if state.status == "ok":
                 _log.info(
-                    "ready: serving %s on %s (%d slots)",
+                    "ready: serving %s on %s (%d slots%s)",
                     state.model_id,
                     self.url,
                     state.config.parallel,
+                    _engine_summary(state.engine),
                 )
         if state.status == "failed" and not self.should_exit:
             self.exit_code = 1
@@ -118,3 +119,13 @@ def serve(config: ServerConfig, engine_factory: Callable[[], Any] | None = None)
 
 
 __all__ = ["DrainingServer", "build_engine", "serve"]
+
+
+def _engine_summary(engine: Any) -> str:
+    """What decides speed, for the ready line: positions per request, weight layout, KV sharing."""
+    model: Any = getattr(engine, "model", None)
+    config = getattr(model, "config", None)
+    if model is None or config is None:  # a test's stand-in engine
+        return ""
+    kv = "one KV pool" if model.kv_unified else "a KV stream per slot"
+    return f", {engine.n_ctx_seq} positions per request, {config.weight_layout} weights, {kv}"
