@@ -58,11 +58,26 @@ def _last_logits(layout: str, model_path: Path, monkeypatch: pytest.MonkeyPatch)
         model.close()
 
 
+@pytest.fixture(scope="module")
+def tiny_q4_k_m(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("models") / "tiny-q4_K_M.gguf"
+    return write_synthetic_model("tiny", path, quant="q4_K_M", seed=0)
+
+
+def test_q4_k_m_names_its_q4_k_tensors_and_leaves_its_q6_k_ones(tiny_q4_k_m: Path) -> None:
+    patterns = repackable_tensor_patterns(str(tiny_q4_k_m))
+    assert r"^blk\.(0|1|2|3)\.ffn_up\.weight$" in patterns
+    # q4_K_M keeps attn_v and ffn_down at q6_K in some layers: those are not named
+    assert not any(re.search(p, "blk.3.ffn_down.weight") for p in patterns)
+
+
+@pytest.mark.parametrize("quant", ["q4_0", "q4_K_M"])
 def test_repacked_without_amx_loads_into_cpu_repack_and_matches_plain(
-    tiny_q4_0: Path, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest, quant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    repacked, repacked_buffers = _last_logits("repacked-no-amx", tiny_q4_0, monkeypatch)
-    plain, plain_buffers = _last_logits("plain", tiny_q4_0, monkeypatch)
+    model_path: Path = request.getfixturevalue("tiny_q4_0" if quant == "q4_0" else "tiny_q4_k_m")
+    repacked, repacked_buffers = _last_logits("repacked-no-amx", model_path, monkeypatch)
+    plain, plain_buffers = _last_logits("plain", model_path, monkeypatch)
     assert "CPU_REPACK" in repacked_buffers and "CPU_REPACK" not in plain_buffers
     spread = float(plain.max() - plain.min())
     assert spread > 1.0  # peaked enough for the comparison to mean something
