@@ -25,19 +25,20 @@ def bench_model(shape: str, quant: str) -> Path:
     return path
 
 
-def same_weight_layout_for_llama_cpp_python(layout: str, model_path: str) -> None:
+def same_weight_layout_for_llama_cpp_python(config: EngineConfig) -> None:
     """llama-cpp-python has no repack switch; set it through the defaults `Llama` reads, so every
-    engine runs the same kernels (and on AMX CPUs the baseline avoids llama.cpp's AMX crash)."""
+    engine runs the same kernels as `config` (and on AMX CPUs the baseline avoids llama.cpp's AMX
+    crash). The caller passes `config.effective_n_ubatch` as `Llama`'s n_ubatch."""
     import llama_cpp.llama_cpp as bindings  # the module `Llama` itself reads
 
     from outpost.engine.repack_overrides import RepackOverrides
 
     original = bindings.llama_model_default_params
-    overrides = RepackOverrides(model_path) if layout == "repacked-no-amx" else None
+    overrides = RepackOverrides(config.model_path) if config.use_repack_overrides else None
 
     def patched() -> Any:
         params = original()
-        params.use_extra_bufts = layout in ("repacked", "amx-gemv")
+        params.use_extra_bufts = config.use_extra_bufts
         if overrides is not None:
             overrides.apply(params)
         return params

@@ -166,10 +166,8 @@ class LlamaCppPythonWorker:
             str(args.threads),
             "--flash-attn",
             args.flash_attn,
-            "--layout",
-            config.weight_layout,
-            "--ubatch",
-            str(config.effective_n_ubatch),
+            "--slots",
+            str(config.n_seq_max),
             "--n-ctx",
             str(config.n_ctx),
         ]
@@ -191,12 +189,13 @@ def baseline_worker(args: argparse.Namespace) -> None:
     """The child side of LlamaCppPythonWorker: one measurement per JSON line on stdin."""
     from llama_cpp import Llama
 
-    same_weight_layout_for_llama_cpp_python(args.layout, args.baseline_worker)
+    config = EngineConfig(model_path=args.baseline_worker, n_seq_max=args.slots)
+    same_weight_layout_for_llama_cpp_python(config)
     llm = Llama(
         args.baseline_worker,
         n_ctx=args.n_ctx,
         n_batch=512,
-        n_ubatch=args.ubatch,
+        n_ubatch=config.effective_n_ubatch,
         n_threads=args.threads,
         n_threads_batch=args.threads,
         flash_attn=args.flash_attn == "on",
@@ -217,7 +216,7 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
 
     def config(slots: int, n_ctx: int) -> EngineConfig:
         # Slots pick the weight layout where AMX tiles fault (outpost/engine/cpu_probe.py): one
-        # sequence gets the one-token AMX kernel, eight get the batching-friendly plain layout.
+        # sequence gets the one-token AMX kernel, eight the repacked layout without AMX.
         return EngineConfig(
             model_path=str(model), n_ctx=n_ctx, n_batch=512, n_seq_max=slots, n_threads=args.threads,
             flash_attn=args.flash_attn,
@@ -322,8 +321,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--flash-attn", choices=["on", "off"], default="off")
     parser.add_argument("--baseline-worker", help=argparse.SUPPRESS)
-    parser.add_argument("--layout", default="plain", help=argparse.SUPPRESS)
-    parser.add_argument("--ubatch", type=int, default=512, help=argparse.SUPPRESS)
+    parser.add_argument("--slots", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--n-ctx", type=int, default=4096, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.baseline_worker:

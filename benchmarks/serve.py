@@ -195,7 +195,7 @@ def run_llama_cpp_python_server(argv: list[str]) -> None:
     import runpy
 
     config = EngineConfig(model_path=argv[argv.index("--model") + 1], n_seq_max=4)
-    same_weight_layout_for_llama_cpp_python(config.weight_layout, config.model_path)
+    same_weight_layout_for_llama_cpp_python(config)
     sys.argv = ["llama_cpp.server", *argv, "--n_ubatch", str(config.effective_n_ubatch)]
     runpy.run_module("llama_cpp.server", run_name="__main__")
 

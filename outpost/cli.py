@@ -32,19 +32,19 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"outpost: error: {message} (see: {self.prog} --help)\n")
 
 
-def _add_kernel_flags(p: argparse.ArgumentParser, flash_default: str | None) -> None:
+def _add_kernel_flags(p: argparse.ArgumentParser, default: str | None) -> None:
     """llama.cpp kernel choices shared by run and serve (llama-server's -fa; --repack auto|on|off)."""
     p.add_argument(
         "-fa",
         "--flash-attn",
         choices=["auto", "on", "off"],
-        default=flash_default,
+        default=default,
         help="flash attention (default auto = on for CPU; off decodes faster at short depth on small CPUs)",
     )
     p.add_argument(
         "--repack",
         choices=["auto", "on", "off"],
-        default=flash_default,
+        default=default,
         help="llama.cpp's repacked CPU weight layouts (default auto: probed where AMX tiles fault)",
     )
 

@@ -40,7 +40,7 @@ class Engine:
                     n_ctx_seq=self.n_ctx_seq,
                     shared_kv=model.kv_unified,
                     max_queue=max_queue,
-                    step_token_budget=self.model.n_batch,
+                    step_token_budget=model.n_batch,
                     prefix_cache=prefix_cache,
                     idle_cache_cells=idle_cache_cells,
                 )

@@ -118,14 +118,14 @@ def serve(config: ServerConfig, engine_factory: Callable[[], Any] | None = None)
     return server.exit_code
 
 
-__all__ = ["DrainingServer", "build_engine", "serve"]
-
-
 def _engine_summary(engine: Any) -> str:
     """What decides speed, for the ready line: positions per request, weight layout, KV sharing."""
     model: Any = getattr(engine, "model", None)
     config = getattr(model, "config", None)
-    if model is None or config is None:  # a test's stand-in engine
+    if config is None:  # a test's stand-in engine
         return ""
     kv = "one KV pool" if model.kv_unified else "a KV stream per slot"
     return f", {engine.n_ctx_seq} positions per request, {config.weight_layout} weights, {kv}"
+
+
+__all__ = ["DrainingServer", "build_engine", "serve"]

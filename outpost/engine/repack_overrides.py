@@ -89,7 +89,6 @@ class RepackOverrides:
         self._array = (_Override * len(entries))(*entries)
 
     def apply(self, params: Any) -> None:
-        """Point `params.tensor_buft_overrides` here; plain layout (no extra buffer types) otherwise."""
-        params.use_extra_bufts = False
+        """Point `params.tensor_buft_overrides` here (with use_extra_bufts off, as the layout has it)."""
         if self.patterns:
             params.tensor_buft_overrides = ctypes.cast(self._array, ctypes.c_void_p)

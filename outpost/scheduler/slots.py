@@ -9,9 +9,9 @@ In a unified cache `llama_memory_seq_cp` makes two sequences share cells rather 
 matters: each slot is then bounded by its own stream). To count cells exactly, each slot also
 keeps `runs`: its positions split into runs of cells that were created together (same
 `origin`). A copy shares the source's runs; evaluating new tokens creates (or extends) a run of
-the slot's own. All runs of one origin start at the same position
-(copies and truncations only cut their ends), so the cells in use are, per origin, the positions
-from its start to the furthest end any slot still holds.
+the slot's own. All runs of one origin start at the same position (copies and truncations only
+cut their ends), so the cells in use are, per origin, the positions from its start to the
+furthest end any slot still holds.
 """
 
 from __future__ import annotations

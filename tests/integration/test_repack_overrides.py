@@ -8,6 +8,7 @@ them in CPU_REPACK and computes the same logits as the plain layout.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,13 +27,23 @@ KINDS = ("attn_k", "attn_output", "attn_q", "attn_v", "ffn_down", "ffn_gate", "f
 
 
 @pytest.fixture(scope="module")
-def tiny_q4_0(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("models") / "tiny-q4_0.gguf"
-    return write_synthetic_model("tiny", path, quant="q4_0", seed=0)
+def tiny_quantized(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The tiny model at a quant, written once per module per quant."""
+    folder = tmp_path_factory.mktemp("models")
+    written: dict[str, Path] = {}
+
+    def model(quant: str) -> Path:
+        if quant not in written:
+            written[quant] = write_synthetic_model("tiny", folder / f"tiny-{quant}.gguf", quant=quant, seed=0)
+        return written[quant]
+
+    return model
 
 
-def test_patterns_name_every_block_matmul_of_a_q4_0_model_and_nothing_else(tiny_q4_0: Path) -> None:
-    patterns = repackable_tensor_patterns(str(tiny_q4_0))
+def test_patterns_name_every_block_matmul_of_a_q4_0_model_and_nothing_else(
+    tiny_quantized: Callable[[str], Path],
+) -> None:
+    patterns = repackable_tensor_patterns(str(tiny_quantized("q4_0")))
     assert patterns == [rf"^blk\.(0|1|2|3)\.{kind}\.weight$" for kind in KINDS]
     named = [re.compile(p) for p in patterns]
     for name in ("token_embd.weight", "output.weight", "blk.0.attn_norm.weight", "blk.10.ffn_up.weight"):
@@ -58,14 +69,10 @@ def _last_logits(layout: str, model_path: Path, monkeypatch: pytest.MonkeyPatch)
         model.close()
 
 
-@pytest.fixture(scope="module")
-def tiny_q4_k_m(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("models") / "tiny-q4_K_M.gguf"
-    return write_synthetic_model("tiny", path, quant="q4_K_M", seed=0)
-
-
-def test_q4_k_m_names_its_q4_k_tensors_and_leaves_its_q6_k_ones(tiny_q4_k_m: Path) -> None:
-    patterns = repackable_tensor_patterns(str(tiny_q4_k_m))
+def test_q4_k_m_names_its_q4_k_tensors_and_leaves_its_q6_k_ones(
+    tiny_quantized: Callable[[str], Path],
+) -> None:
+    patterns = repackable_tensor_patterns(str(tiny_quantized("q4_K_M")))
     assert r"^blk\.(0|1|2|3)\.ffn_up\.weight$" in patterns
     # q4_K_M keeps attn_v and ffn_down at q6_K in some layers: those are not named
     assert not any(re.search(p, "blk.3.ffn_down.weight") for p in patterns)
@@ -73,9 +80,9 @@ def test_q4_k_m_names_its_q4_k_tensors_and_leaves_its_q6_k_ones(tiny_q4_k_m: Pat
 
 @pytest.mark.parametrize("quant", ["q4_0", "q4_K_M"])
 def test_repacked_without_amx_loads_into_cpu_repack_and_matches_plain(
-    request: pytest.FixtureRequest, quant: str, monkeypatch: pytest.MonkeyPatch
+    tiny_quantized: Callable[[str], Path], quant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model_path: Path = request.getfixturevalue("tiny_q4_0" if quant == "q4_0" else "tiny_q4_k_m")
+    model_path = tiny_quantized(quant)
     repacked, repacked_buffers = _last_logits("repacked-no-amx", model_path, monkeypatch)
     plain, plain_buffers = _last_logits("plain", model_path, monkeypatch)
     assert "CPU_REPACK" in repacked_buffers and "CPU_REPACK" not in plain_buffers
