@@ -1,6 +1,7 @@
 """Engine benchmark: Outpost's engine vs llama-cpp-python's `Llama` vs llama.cpp's `llama-bench`.
 
 Not a test. Run:  python benchmarks/engine.py [--shapes smollm2-135m,smollm2-1.7b] [--threads 2]
+                  [--repeats 5] [--single-repeats 9]
 Optional baselines: LLAMA_BENCH=/path/to/llama-bench, LLAMA_BATCHED_BENCH=/path/to/llama-batched-bench
 (../shared/tools/build-llama-cpp.sh builds both).
 
@@ -298,7 +299,7 @@ def single_stream_side_by_side(
                 bench, model, args.threads, args.depth, args.tokens, args.flash_attn, config.weight_layout
             )
         names = list(measures)
-        for r in range(args.repeats):
+        for r in range(args.single_repeats):
             for name in names[r % len(names) :] + names[: r % len(names)]:
                 rate = measures[name]()
                 if rate is not None:
@@ -318,7 +319,11 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=128, help="prompt tokens before decoding")
     parser.add_argument("--tokens", type=int, default=64, help="tokens decoded per measurement")
     parser.add_argument("--prefill-tokens", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per median (prefill, 4096 cells)")
+    parser.add_argument(
+        "--single-repeats", type=int, default=9,
+        help="rounds of the side-by-side single-stream runs (cheap; single runs drift ~10%% here)",
+    )  # fmt: skip
     parser.add_argument("--flash-attn", choices=["on", "off"], default="off")
     parser.add_argument("--baseline-worker", help=argparse.SUPPRESS)
     parser.add_argument("--slots", type=int, default=1, help=argparse.SUPPRESS)

@@ -150,12 +150,12 @@ class EngineCore:
                 if event.finished:
                     self._sinks.pop(event.request_id, None)
         self.steps += 1
+        # No yield to the woken consumers here: they take the GIL while the next llama_decode
+        # runs (it releases the GIL). Handing it over first (time.sleep(0)) cost ~0.12 ms a step,
+        # 3% of a 135M decode, and measured no faster for 1 or 8 streams, in-process or over HTTP.
         for sink, event in sinks:
             if sink is not None:
                 sink(event)
-        # Let the woken consumers take the GIL now, before the next decode starts: a consumer
-        # waking mid-decode preempts one of llama.cpp's OpenMP threads and stalls its barriers.
-        time.sleep(0)
         return True
 
     def _execute(self, out: SchedulerOutput) -> RunnerOutput:

@@ -51,6 +51,7 @@ class Scheduler:
         # Cells we plan with: n_ctx, lowered when llama.cpp reports no room (its cache is smaller
         # or fragmented) so the same batch is not retried forever; reset when nothing runs.
         self._kv_limit = config.n_ctx
+        self._n_deadlines = 0  # live requests with a deadline: no deadline, no scan
 
     # ---- the engine loop's API -------------------------------------------------------------
 
@@ -77,6 +78,8 @@ class Scheduler:
         state = RequestState.new(req)
         self._waiting.append(state)
         self._live[req.request_id] = state
+        if req.deadline is not None:
+            self._n_deadlines += 1
 
     def abort(self, request_id: str) -> None:
         """Ends a request at the next schedule() with one ABORT event; unknown ids are ignored."""
@@ -85,14 +88,21 @@ class Scheduler:
 
     def schedule(self, now: float) -> SchedulerOutput:
         """Decides one step: memory ops, sampler chains to build or drop, and the batch."""
-        self._apply_aborts(now)
-        self._expire(now)
-        self._admit(now)
+        # The guards keep a steady decode step short: it runs once per token, right after a
+        # decode that left the CPU caches cold, so every skipped line shows in tokens/s.
+        if self._aborts:
+            self._apply_aborts(now)
+        if self._n_deadlines:
+            self._expire(now)
+        if self._waiting:
+            self._admit(now)
         chunks = self._build_batch()
         for chunk in chunks:
             owner = self._owner[chunk.seq_id]
             if owner is not None and owner.scheduled_at is None:
                 owner.scheduled_at = now
+        if not (self._ops or self._setups or self._frees):
+            return SchedulerOutput(chunks=chunks)
         out = SchedulerOutput(
             memory_ops=self._ops,
             sampler_setups=list(self._setups.values()),
@@ -360,6 +370,8 @@ class Scheduler:
         else:
             self._waiting.remove(state)
         del self._live[state.request_id]
+        if state.req.deadline is not None:
+            self._n_deadlines -= 1
         return state.final_event(reason, now, token_ids or [], text, error)
 
     def _preempt(self, state: RequestState) -> None:

@@ -104,11 +104,12 @@ def _check_prefix_copy(model: LoadedModel) -> None:
     _assert_close(cold, warm)
 
 
-@pytest.mark.parametrize("bias", ["none", "ban-top", "ban-other", "boost-other"])
+@pytest.mark.parametrize("bias", ["none", "ban-top", "ban-other", "boost-other", "ban-and-boost"])
 def test_argmax_greedy_picks_what_the_native_greedy_chain_picks(model: LoadedModel, bias: str) -> None:
     """The argmax shortcut for plain greedy must agree with llama.cpp's own chain, biases included:
     banning the top token (as ignore_eos bans EOG) moves both to the runner-up, banning another
-    changes nothing, and boosting the weakest token past the top makes it win."""
+    changes nothing, and boosting the weakest token past the top makes it win, with or without a
+    ban beside it (bans alone take a shortcut)."""
     from outpost.engine.sampling import SamplerChain, is_plain_greedy
     from outpost.messages import SamplingParams
 
@@ -123,6 +124,7 @@ def test_argmax_greedy_picks_what_the_native_greedy_chain_picks(model: LoadedMod
         "ban-top": (((top, float("-inf")),), runner_up),
         "ban-other": (((runner_up, float("-inf")),), top),
         "boost-other": (((weakest, boost),), weakest),
+        "ban-and-boost": (((runner_up, float("-inf")), (weakest, boost)), weakest),
     }[bias]
     params = SamplingParams(temperature=0.0, logit_bias=biases)
     native_params = SamplingParams(temperature=0.0, logit_bias=biases, repeat_penalty=1.0001)
