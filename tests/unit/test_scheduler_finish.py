@@ -84,6 +84,25 @@ def test_deadline_while_running() -> None:
     assert h.sched.slots_busy == 0
 
 
+@pytest.mark.parametrize("first_ends_by", ["length", "abort"])
+def test_a_deadline_fires_after_another_deadline_request_ended(first_ends_by: str) -> None:
+    """The scheduler only scans for deadlines while a live request has one: a request with a
+    deadline that ends first (done or aborted) must not keep a live one's deadline from firing."""
+    h = Harness(config())
+    first = h.add(prompt(4), max_tokens=2 if first_ends_by == "length" else 50, deadline=h.now + 10.0)
+    late = h.add(prompt(4, base=300), max_tokens=100, deadline=h.now + 0.055)
+    h.step()
+    if first_ends_by == "abort":
+        h.sched.abort(first)
+    h.run()
+    expected = FinishReason.LENGTH if first_ends_by == "length" else FinishReason.ABORT
+    assert h.final(first).finish_reason == expected
+    assert h.final(late).finish_reason == FinishReason.TIMEOUT
+    again = h.add(prompt(4, base=500), max_tokens=100, deadline=h.now + 0.055)
+    h.run()
+    assert h.final(again).finish_reason == FinishReason.TIMEOUT
+
+
 def test_eog_finishes_with_stop_and_is_not_in_token_ids() -> None:
     h = Harness(config())
     p = prompt(3)
