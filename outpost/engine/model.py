@@ -17,6 +17,7 @@ import numpy.typing as npt
 from outpost.engine.chat_template import ChatTemplate
 from outpost.engine.config import EngineConfig
 from outpost.engine.lib import ensure_backend, llama, recent_problems
+from outpost.engine.logits import logits_row
 from outpost.engine.repack_overrides import RepackOverrides
 from outpost.engine.vocab import Vocab
 
@@ -140,10 +141,7 @@ class LoadedModel:
 
     def output_logits(self, batch_index: int) -> npt.NDArray[np.float32]:
         """A copy of the logits row the last decode produced for batch position `batch_index`."""
-        ptr = llama.llama_get_logits_ith(self._ctx, batch_index)
-        if not ptr:
-            raise ValueError(f"no logits were requested for batch index {batch_index}")
-        return np.ctypeslib.as_array(ptr, shape=(self.vocab.n_tokens,)).copy()
+        return logits_row(self._ctx, batch_index, self.vocab.n_tokens).copy()
 
     def describe(self) -> dict[str, Any]:
         """Facts a server or CLI shows about the model."""

@@ -11,7 +11,6 @@ a 49k vocabulary, 3% of a 135M model's decode step), where an argmax over the lo
 
 from __future__ import annotations
 
-import ctypes
 import random
 from typing import Any
 
@@ -19,22 +18,10 @@ import numpy as np
 import numpy.typing as npt
 
 from outpost.engine.lib import llama
+from outpost.engine.logits import logits_row
 from outpost.messages import SamplingParams
 
 _NEG_INF = float("-inf")
-_MAX_ROW_VIEWS = 64
-
-
-def _logits_ith_returning_address() -> Any:
-    """llama_get_logits_ith with the row's address as a plain int: the bindings' POINTER(c_float)
-    result needs a cast and a fresh array view every token (~0.03 ms of a ~4 ms step)."""
-    address = ctypes.cast(llama.llama_get_logits_ith, ctypes.c_void_p).value
-    if not address:
-        raise ImportError("libllama has no llama_get_logits_ith")
-    return ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(address)
-
-
-_logits_row_address = _logits_ith_returning_address()
 
 
 class SamplerChain:
@@ -42,10 +29,7 @@ class SamplerChain:
 
     def __init__(self, params: SamplingParams, vocab: Any, n_vocab: int, eog_ids: frozenset[int]) -> None:
         self._penalties_index = -1  # where in the chain the penalty sampler sits, if any
-        self._logits_row_type = ctypes.c_float * n_vocab
-        # Views keyed by the address llama.cpp returns: a view is only used when llama.cpp hands
-        # out that same address again, so a reallocated logits buffer can never be read stale.
-        self._row_views: dict[int, npt.NDArray[np.float32]] = {}
+        self._n_vocab = n_vocab
         self._argmax_only = is_plain_greedy(params)
         self._bias_ids: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self._bias_values: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
@@ -123,7 +107,7 @@ class SamplerChain:
     def _argmax(self, ctx: Any, output_index: int) -> int:
         """Greedy over the logits row (with logit biases added), without the native chain; a
         greedy chain without penalties or grammar keeps no state, so nothing needs accepting."""
-        row = self._logits_row(ctx, output_index)
+        row = logits_row(ctx, output_index, self._n_vocab)
         best = int(row.argmax())
         if not self._bias_ids.size:
             return best
@@ -136,18 +120,6 @@ class SamplerChain:
         biased = row.copy()
         biased[self._bias_ids] += self._bias_values
         return int(biased.argmax())
-
-    def _logits_row(self, ctx: Any, output_index: int) -> npt.NDArray[np.float32]:
-        address = _logits_row_address(ctx, output_index)
-        if not address:
-            raise ValueError(f"no logits were requested for batch index {output_index}")
-        row = self._row_views.get(address)
-        if row is None:
-            if len(self._row_views) >= _MAX_ROW_VIEWS:
-                self._row_views.clear()
-            row = np.frombuffer(memoryview(self._logits_row_type.from_address(address)), dtype=np.float32)
-            self._row_views[address] = row
-        return row
 
     def free(self) -> None:
         if self._chain:

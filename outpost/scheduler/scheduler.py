@@ -101,8 +101,6 @@ class Scheduler:
             owner = self._owner[chunk.seq_id]
             if owner is not None and owner.scheduled_at is None:
                 owner.scheduled_at = now
-        if not (self._ops or self._setups or self._frees):
-            return SchedulerOutput(chunks=chunks)
         out = SchedulerOutput(
             memory_ops=self._ops,
             sampler_setups=list(self._setups.values()),
