@@ -1,7 +1,7 @@
 """Engine benchmark: Outpost's engine vs llama-cpp-python's `Llama` vs llama.cpp's `llama-bench`.
 
 Not a test. Run:  python benchmarks/engine.py [--shapes smollm2-135m,smollm2-1.7b] [--threads 2]
-                  [--repeats 5] [--single-repeats 9]
+                  [--repeats 5] [--single-repeats 15]
 Optional baselines: LLAMA_BENCH=/path/to/llama-bench, LLAMA_BATCHED_BENCH=/path/to/llama-batched-bench
 (../shared/tools/build-llama-cpp.sh builds both).
 
@@ -15,6 +15,9 @@ the same prompt (so the same context depth), threads, n_batch and flash-attentio
     runs the plain layout, the best llama.cpp's tools offer there);
   - Outpost's prefill tok/s with 1 slot and with 8 (their weight layouts differ on AMX CPUs);
   - memory-bandwidth utilisation = weight bytes x single-stream tok/s / numpy copy bandwidth.
+Each engine runs the way its users run it: Outpost's engine on huge pages (it re-executes itself with
+glibc's hugetlb tunable, as `outpost run` and `outpost serve` do; outpost/engine/hugepages.py), the
+baselines on plain pages unless --baseline-hugepages gives them the same tunable.
 Progress goes to stderr; the last stdout line is one JSON object keyed by shape.
 """
 
@@ -35,6 +38,7 @@ import numpy as np
 from common import bench_model, llama_bench_layout_args, log, same_weight_layout_for_llama_cpp_python
 
 from outpost.engine.config import EngineConfig
+from outpost.engine.hugepages import environ_without_hugepages, hugepages_enabled, reexec_with_hugepages
 from outpost.messages import GenerateRequest, SamplingParams
 from outpost.runtime import Engine
 
@@ -127,11 +131,11 @@ def llama_cpp_python_decode(llm: Any, prompt: list[int], n: int) -> float:
 
 
 def llama_bench_decode(
-    binary: str, model: Path, threads: int, depth: int, n: int, fa: str, layout: str
+    binary: str, model: Path, threads: int, depth: int, n: int, fa: str, layout: str, env: dict[str, str]
 ) -> float | None:
     cmd = [binary, "-m", str(model), "-t", str(threads), "-p", "0", "-n", str(n), "-d", str(depth)]
     cmd += ["-fa", fa, *llama_bench_layout_args(layout), "-r", "1", "-o", "json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     if proc.returncode != 0:
         log(f"llama-bench failed: {proc.stderr.strip()[-300:]}")
         return None
@@ -139,13 +143,13 @@ def llama_bench_decode(
 
 
 def llama_batched_bench(
-    binary: str, model: Path, threads: int, depth: int, n: int, fa: str, layout: str
+    binary: str, model: Path, threads: int, depth: int, n: int, fa: str, layout: str, env: dict[str, str]
 ) -> dict[str, float] | None:
     """llama.cpp's own aggregate decode tok/s at 1, 2, 4, 8 sequences (its S_TG), same depth."""
     cmd = [binary, "-m", str(model), "-t", str(threads), "-tb", str(threads), "-c", str(BATCHED_KV_CELLS)]
     cmd += ["-b", "512", "-ub", "512", "-npp", str(depth), "-ntg", str(n), "-npl", "1,2,4,8", "-fa", fa]
     cmd += ["--repack" if layout == "repacked" else "--no-repack", "--output-format", "jsonl"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     if proc.returncode != 0:
         log(f"llama-batched-bench failed: {proc.stderr.strip()[-300:]}")
         return None
@@ -172,7 +176,9 @@ class LlamaCppPythonWorker:
             "--n-ctx",
             str(config.n_ctx),
         ]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=args.baseline_env
+        )
 
     def decode(self, prompt: list[int], n: int) -> float:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -272,8 +278,9 @@ def batched_side_by_side(
     theirs = None
     if binary:
         theirs = llama_batched_bench(
-            binary, model, args.threads, args.depth, args.tokens, args.flash_attn, config.weight_layout
-        )
+            binary, model, args.threads, args.depth, args.tokens, args.flash_attn, config.weight_layout,
+            args.baseline_env,
+        )  # fmt: skip
         log(f"  {shape} llama-batched-bench: {theirs}")
     results["llama_batched_bench_tok_s"] = theirs
     return results
@@ -296,8 +303,9 @@ def single_stream_side_by_side(
         }
         if bench:
             measures["llama-bench"] = lambda: llama_bench_decode(
-                bench, model, args.threads, args.depth, args.tokens, args.flash_attn, config.weight_layout
-            )
+                bench, model, args.threads, args.depth, args.tokens, args.flash_attn, config.weight_layout,
+                args.baseline_env,
+            )  # fmt: skip
         names = list(measures)
         for r in range(args.single_repeats):
             for name in names[r % len(names) :] + names[: r % len(names)]:
@@ -321,10 +329,15 @@ def main() -> None:
     parser.add_argument("--prefill-tokens", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3, help="runs per median (prefill, 4096 cells)")
     parser.add_argument(
-        "--single-repeats", type=int, default=9,
+        "--single-repeats", type=int, default=15,
         help="rounds of the side-by-side single-stream runs (cheap; single runs drift ~10%% here)",
     )  # fmt: skip
     parser.add_argument("--flash-attn", choices=["on", "off"], default="off")
+    parser.add_argument(
+        "--baseline-hugepages", action="store_true",
+        help="give llama-cpp-python and llama.cpp's tools the huge pages Outpost runs on (default: "
+        "plain pages, as their users run them); compares the engines' loops on equal memory",
+    )  # fmt: skip
     parser.add_argument("--baseline-worker", help=argparse.SUPPRESS)
     parser.add_argument("--slots", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--n-ctx", type=int, default=4096, help=argparse.SUPPRESS)
@@ -332,6 +345,8 @@ def main() -> None:
     if args.baseline_worker:
         baseline_worker(args)
         return
+    reexec_with_hugepages()  # Outpost's engine runs in this process, as `outpost run` would run it
+    args.baseline_env = dict(os.environ) if args.baseline_hugepages else environ_without_hugepages(os.environ)
     copy_bw = copy_bandwidth_bytes_per_s()
     log(f"numpy copy bandwidth: {copy_bw / 1e9:.2f} GB/s (read + write)")
     results: dict[str, Any] = {}
@@ -339,6 +354,8 @@ def main() -> None:
         log(f"benchmarking {shape} ...")
         results[shape] = run_shape(shape, args, copy_bw)
     results["copy_bandwidth_gb_s"] = round(copy_bw / 1e9, 2)
+    results["outpost_hugepages"] = hugepages_enabled()
+    results["baseline_hugepages"] = hugepages_enabled(args.baseline_env)
     print(json.dumps(results))
 
 

@@ -17,6 +17,8 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from outpost.bench.cli_args import add_bench_parser
+from outpost.engine.hugepages import reexec_with_hugepages
+from outpost.entry import MODEL_COMMANDS
 from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, add_quantize_parser
 from outpost.models.convert.cli_args import add_convert_parser
 from outpost.models.store import resolve_model_arg
@@ -223,6 +225,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(name)s: %(message)s"
     )
+    if argv is None and args.command in MODEL_COMMANDS:
+        # `python -m outpost.cli` (the console script did this already, before the imports).
+        # Only as the process's own entry point: never replace a caller's process (tests).
+        reexec_with_hugepages()
     try:
         return int(args.handler(args))
     except (UsageError, ValidationError, ValueError, FileNotFoundError) as exc:

@@ -54,6 +54,16 @@ class TokenBatch:
             end = offset + n
             if end > self.capacity:
                 raise ValueError(f"batch of {end} tokens exceeds capacity {self.capacity}")
+            if n == 1:
+                # A decode token: four scalar stores cost a fraction of the slice writes below.
+                self.tokens[offset] = chunk.tokens[0]
+                self.pos[offset] = chunk.start_pos
+                self.seq_ids[offset] = chunk.seq_id
+                self.logits[offset] = chunk.sample
+                if chunk.sample:
+                    outputs[chunk.seq_id] = offset
+                offset = end
+                continue
             self.tokens[offset:end] = chunk.tokens
             np.add(self._arange[:n], chunk.start_pos, out=self.pos[offset:end])
             self.seq_ids[offset:end] = chunk.seq_id

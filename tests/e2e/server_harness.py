@@ -28,15 +28,17 @@ def free_port() -> int:
 class Server:
     """`outpost serve -m MODEL ARGS...` on 127.0.0.1:<free port>; stderr kept in a temp file."""
 
-    def __init__(self, model: Path, *args: str, tls_ca: str | None = None) -> None:
+    def __init__(
+        self, model: Path, *args: str, tls_ca: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.scheme = "https" if tls_ca else "http"
         self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         self.verify: Any = ssl.create_default_context(cafile=tls_ca) if tls_ca else True
         self._err = tempfile.NamedTemporaryFile(prefix="outpost-serve-", suffix=".log", delete=False)  # noqa: SIM115
         cmd = [*OUTPOST, "serve", "-m", str(model), "--port", str(self.port), "-t", "2", *args]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._err, env=env)
+        environ = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._err, env=environ)
 
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(

@@ -1,4 +1,5 @@
-"""`outpost serve` as a process: bad flags exit 2, SIGTERM drains in-flight work and exits 0."""
+"""`outpost serve` as a process: bad flags exit 2, SIGTERM drains in-flight work and exits 0,
+llama.cpp's buffers on huge pages."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from server_harness import OUTPOST, Server, assert_openai_error, sse_events
+
+from outpost.engine.hugepages import OPT_OUT, environ_with_hugepages, glibc_version, thp_mode
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:
@@ -83,3 +87,32 @@ def _check_drain(server: Server) -> None:
     assert events[-2]["usage"]["completion_tokens"] == 1500, "the in-flight stream finished in full"
     assert server.proc.wait(30) == 0
     assert "draining" in server.stderr()
+
+
+@pytest.mark.skipif(
+    environ_with_hugepages({}, thp_mode(), glibc_version()) is None,
+    reason="only where THP is in madvise mode and glibc has the hugetlb tunable (else nothing to do)",
+)
+def test_serve_runs_llama_cpp_buffers_on_huge_pages_unless_opted_out(tiny_model: Path) -> None:
+    """The server re-executes itself (same pid) with glibc's hugetlb tunable, so the weights and
+    the KV cache llama.cpp allocates land on transparent huge pages; OUTPOST_HUGEPAGES=0 keeps 4 KiB."""
+    for opted_out in (False, True):
+        env = {"GLIBC_TUNABLES": "", **({OPT_OUT: "0"} if opted_out else {})}
+        server = Server(tiny_model, "-c", "4096", env=env)
+        try:
+            server.wait_ready()
+            environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
+            assert (b"GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in environ) is not opted_out
+            huge_kb = _anon_huge_pages_kb(server.proc.pid)
+            assert (huge_kb == 0) if opted_out else (huge_kb >= 2048), huge_kb
+            r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "Hi", "max_tokens": 4}, timeout=60)
+            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
+        finally:
+            server.stop()
+
+
+def _anon_huge_pages_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+    raise AssertionError("no AnonHugePages line in smaps_rollup")

@@ -57,5 +57,11 @@ def test_batch_lays_chunks_back_to_back() -> None:
     assert batch.logits[:7].tolist() == [1, 0, 0, 0, 0, 0, 1]
     assert outputs == {3: 0, 5: 6}
     assert [batch.struct.seq_id[i][0] for i in range(7)] == [3, 0, 0, 0, 0, 5, 5]  # what llama.cpp reads
+    # One-token chunks over the last step's values: nothing stale may survive, flags included.
+    outputs = batch.fill([BatchChunk(2, [5], 8, False), BatchChunk(4, [6], 3, True)])
+    assert batch.struct.n_tokens == 2
+    assert (batch.tokens[:2].tolist(), batch.pos[:2].tolist()) == ([5, 6], [8, 3])
+    assert (batch.seq_ids[:2].tolist(), batch.logits[:2].tolist()) == ([2, 4], [0, 1])
+    assert outputs == {4: 1}
     with pytest.raises(ValueError, match="capacity"):
         batch.fill([BatchChunk(0, list(range(17)), 0, True)])
