@@ -17,8 +17,6 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from outpost.bench.cli_args import add_bench_parser
-from outpost.engine.hugepages import reexec_with_hugepages
-from outpost.entry import MODEL_COMMANDS
 from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, add_quantize_parser
 from outpost.models.convert.cli_args import add_convert_parser
 from outpost.models.store import resolve_model_arg
@@ -225,10 +223,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(name)s: %(message)s"
     )
-    if argv is None and args.command in MODEL_COMMANDS:
-        # `python -m outpost.cli` (the console script did this already, before the imports).
-        # Only as the process's own entry point: never replace a caller's process (tests).
-        reexec_with_hugepages()
     try:
         return int(args.handler(args))
     except (UsageError, ValidationError, ValueError, FileNotFoundError) as exc:
@@ -250,5 +244,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # `python -m outpost.cli`: the console script's way in, huge pages included
+    from outpost.entry import main as entry_main
+
+    sys.exit(entry_main())

@@ -72,11 +72,12 @@ def test_glibc_version_on_this_machine() -> None:
 def test_main_called_with_arguments_never_replaces_the_callers_process(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def no_exec() -> None:
+    def no_exec(*args: object) -> None:
         raise AssertionError("main(argv) must not re-execute the calling process")
 
-    monkeypatch.setattr(cli, "reexec_with_hugepages", no_exec)
-    monkeypatch.setattr(hugepages, "reexec_with_hugepages", no_exec)
+    monkeypatch.setattr(hugepages.os, "execve", no_exec)  # whatever path would get there
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv(OPT_OUT, raising=False)
     assert cli.main(["run", "-m", str(tmp_path / "missing.gguf"), "-p", "hi"]) == 2
     assert "missing.gguf" in capsys.readouterr().err
 
