@@ -125,3 +125,15 @@ class QueueFull(Exception):
 
 class RequestRejected(ValueError):
     """A request the engine can never serve as asked (e.g. longer than the context); a 400."""
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend cannot take requests now (stopping, broker unreachable): a 503 with Retry-After."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ChatTemplateError(ValueError):
+    """The model has no usable chat template, or it failed on these messages (a 400)."""

@@ -14,8 +14,9 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 
-class ChatTemplateError(ValueError):
-    """The template failed to render these messages (raise_exception, or a jinja error)."""
+from outpost.messages import ChatTemplateError
+
+__all__ = ["ChatTemplate", "ChatTemplateError"]
 
 
 def _raise_exception(message: str) -> None:

@@ -1,0 +1,111 @@
+"""The API/engine seam: what `outpost/api` needs from whatever generates tokens.
+
+Two implementations satisfy `InferenceBackend`: `outpost.local.LocalBackend` (an in-process engine
+thread, `outpost serve`) and the cluster gateway's remote backend (RabbitMQ -> workers). The API
+layer sees only this protocol, `PromptCodec` (tokenize / render / detokenize without the weights)
+and the typed messages in `outpost.messages`.
+
+Admission is explicit: `submit()` returns only once the request is accepted, and raises
+`QueueFull` / `RequestRejected` / `BackendUnavailable` otherwise, so the HTTP layer can answer
+429 / 400 / 503 before the first byte of a 200 goes out, even when accepting means awaiting a
+broker's publisher confirm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from outpost.messages import BackendUnavailable, ChatTemplateError, GenerateRequest, TokenEvent
+
+__all__ = [
+    "BackendStats",
+    "BackendUnavailable",
+    "ChatTemplateError",
+    "EventStream",
+    "InferenceBackend",
+    "PromptCodec",
+]
+
+
+@runtime_checkable
+class EventStream(Protocol):
+    """The events of one accepted request, ending with the one whose `finish_reason` is set.
+
+    Leaving the iteration early (or `aclose()`) aborts the request wherever it runs.
+    """
+
+    request_id: str
+
+    def __aiter__(self) -> AsyncIterator[TokenEvent]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class BackendStats:
+    """Load figures for /health, /slots and /metrics gauges, read at scrape time."""
+
+    slots_total: int = 0
+    slots_busy: int = 0
+    queue_depth: int = 0
+    kv_cells_used: int = 0
+    kv_cells_total: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. a gateway's workers and queues
+
+
+class PromptCodec(Protocol):
+    """What needs only a model's vocabulary and chat template (a vocab-only load, no weights)."""
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    @property
+    def chat_template_source(self) -> str | None: ...
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
+
+    def tokenize_prompt(self, text: str, add_special: bool = True) -> list[int]:
+        """Like tokenize, adding BOS only where the model wants it and the text does not start with it."""
+        ...
+
+    def detokenize(self, tokens: Sequence[int]) -> str: ...
+
+    def token_piece(self, token: int) -> bytes: ...
+
+    def render_chat(
+        self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True, **kwargs: Any
+    ) -> str:
+        """The chat template applied to OpenAI-style message dicts; ChatTemplateError without one."""
+        ...
+
+
+class InferenceBackend(Protocol):
+    """Generates tokens for `GenerateRequest`s: a local engine thread or a fleet behind a broker."""
+
+    @property
+    def codec(self) -> PromptCodec: ...
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """The most positions (prompt + output) one request may use."""
+        ...
+
+    async def submit(self, request: GenerateRequest) -> EventStream:
+        """Accept the request or raise QueueFull / RequestRejected / BackendUnavailable."""
+        ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """One normalized vector per text (the server's embedding model)."""
+        ...
+
+    def stats(self) -> BackendStats: ...
+
+    def describe(self) -> dict[str, Any]:
+        """Model facts for /v1/models' `meta` (arch, params, n_ctx_train, ...)."""
+        ...
+
+    def close(self) -> None: ...
