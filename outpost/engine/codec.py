@@ -85,7 +85,9 @@ class VocabOnlyModel:
         if not self._model:
             raise ValueError(f"llama.cpp could not read {path}: {recent_problems() or 'not a GGUF model?'}")
         self.path = path
-        self.n_ctx_train = int(llama.llama_model_n_ctx_train(self._model))
+        # A vocab-only load skips the hyperparameters: read the trained context from the metadata.
+        arch = self.metadata("general.architecture") or ""
+        self.n_ctx_train = int(self.metadata(f"{arch}.context_length") or 0)
         vocab = Vocab(llama.llama_model_get_vocab(self._model))
         self.codec = LlamaCodec(vocab, chat_template or self.metadata("tokenizer.chat_template"))
 
