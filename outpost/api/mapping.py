@@ -130,7 +130,7 @@ def grammar_for(fmt: ResponseFormat | None) -> str | None:
     """GBNF text enforcing `response_format`; an unusable schema is a 400."""
     if fmt is None or fmt.type == "text":
         return None
-    from outpost.engine import grammar
+    from outpost import grammar
 
     schema = fmt.json_schema.json_schema if fmt.json_schema is not None else fmt.inline_schema
     if fmt.type == "json_schema" and schema is None:
