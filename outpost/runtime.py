@@ -64,13 +64,15 @@ class Engine:
         add = add_special and not (bos_text and text.startswith(bos_text))
         return list(vocab.tokenize(text, add_special=add, parse_special=True))
 
-    def render_chat(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render_chat(
+        self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True, **extra: Any
+    ) -> str:
         template = self.model.chat_template
         if template is None:
             raise ChatTemplateError(
                 "this model has no chat template; give one with --chat-template FILE (a jinja file)"
             )
-        return template.render(messages, add_generation_prompt=add_generation_prompt)
+        return template.render(messages, add_generation_prompt=add_generation_prompt, **extra)
 
     def close(self) -> None:
         self.core.stop()

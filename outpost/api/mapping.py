@@ -48,12 +48,23 @@ def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
 
 
 def render_chat(engine: Any, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+    return render_dicts(engine, message_dicts(messages), add_generation_prompt=add_generation_prompt)
+
+
+def render_dicts(engine: Any, messages: list[dict[str, Any]], **kwargs: Any) -> str:
+    """The chat template on message dicts; `kwargs`: add_generation_prompt, tools, template variables."""
     try:
-        return str(engine.render_chat(message_dicts(messages), add_generation_prompt=add_generation_prompt))
+        return str(engine.render_chat(messages, **kwargs))
     except ChatTemplateError:
         raise
     except Exception as exc:  # a template's own jinja code failing on these messages
         raise bad_request(f"the chat template failed on these messages: {exc}", param="messages") from exc
+
+
+def template_text(engine: Any) -> str | None:
+    """The chat template's jinja source (tool formats are recognised from it)."""
+    template = getattr(engine.model, "chat_template", None)
+    return None if template is None else str(template.source)
 
 
 def chat_prompt(engine: Any, messages: list[ChatMessage]) -> tuple[str, list[int]]:

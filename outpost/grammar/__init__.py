@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from outpost.grammar.converter import SchemaConverter
+from outpost.grammar import converter
+
+_Converter: Any = converter.SchemaConverter  # vendored and untyped
 
 # llama.cpp's grammars/json.gbnf, as llama-cpp-python 0.3.36 ships it (MIT)
 JSON_GRAMMAR = r"""
@@ -48,7 +50,7 @@ class GrammarBuilder:
     """Several schemas in one grammar: `rule(schema, name)` per part, then `grammar(root_expr)`."""
 
     def __init__(self) -> None:
-        self._conv = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+        self._conv = _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
 
     def rule(self, schema: Any, name: str) -> str:
         """The rule name matching `schema`; ValueError for a schema the converter can't take."""

@@ -8,7 +8,7 @@ Copyright (c) 2023-2024 The ggml authors; the license text is in outpost/grammar
 
 Outpost's changes: integer `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum` become digit
 rules (`intrange.py`, ported from llama.cpp's C++ `build_min_max_int`) instead of being ignored;
-schema errors raise ValueError instead of AssertionError/bare Exception.
+string characters exclude raw control characters (invalid in JSON), as upstream does today.
 """
 # ruff: noqa
 # mypy: ignore-errors
@@ -21,7 +21,6 @@ from typing import Any, List, Optional, Set, Tuple, Union
 from outpost.grammar.intrange import int_bounds, min_max_int_rule
 
 
-
 INVALID_RULE_CHARS_RE = re.compile(r"[^a-zA-Z0-9-]+")
 GRAMMAR_LITERAL_ESCAPE_RE = re.compile(r'[\r\n"]')
 GRAMMAR_LITERAL_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"'}
@@ -30,9 +29,7 @@ GRAMMAR_LITERAL_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"'}
 SPACE_RULE = '" "?'
 
 
-def _build_repetition(
-    item_rule, min_items, max_items, separator_rule=None, item_rule_is_literal=False
-):
+def _build_repetition(item_rule, min_items, max_items, separator_rule=None, item_rule_is_literal=False):
     if not separator_rule:
         if min_items == 0 and max_items == 1:
             return f"{item_rule}?"
@@ -45,9 +42,7 @@ def _build_repetition(
         if item_rule_is_literal and separator_rule is None:
             result = '"' + (item_rule[1:-1] * min_items) + '"'
         else:
-            result = (f" {separator_rule} " if separator_rule else " ").join(
-                [item_rule] * min_items
-            )
+            result = (f" {separator_rule} " if separator_rule else " ").join([item_rule] * min_items)
 
     def opt_repetitions(up_to_n, prefix_with_sep=False):
         """
@@ -56,11 +51,7 @@ def _build_repetition(
         - n=4, sep=',', no prefix: '(a ("," a ("," a ("," a)?)?)?)?'
         """
 
-        content = (
-            f"{separator_rule} {item_rule}"
-            if prefix_with_sep and separator_rule
-            else item_rule
-        )
+        content = f"{separator_rule} {item_rule}" if prefix_with_sep and separator_rule else item_rule
         if up_to_n == 0:
             return ""
         elif up_to_n == 1:
@@ -111,17 +102,14 @@ PRIMITIVE_RULES = {
         '"{" space ( string ":" space value ("," space string ":" space value)* )? "}" space',
         ["string", "value"],
     ),
-    "array": BuiltinRule(
-        '"[" space ( value ("," space value)* )? "]" space', ["value"]
-    ),
+    "array": BuiltinRule('"[" space ( value ("," space value)* )? "]" space', ["value"]),
     "uuid": BuiltinRule(
-        r'"\"" '
-        + ' "-" '.join("[0-9a-fA-F]" * n for n in [8, 4, 4, 4, 12])
-        + r' "\"" space',
+        r'"\"" ' + ' "-" '.join("[0-9a-fA-F]" * n for n in [8, 4, 4, 4, 12]) + r' "\"" space',
         [],
     ),
     "char": BuiltinRule(
-        r'[^"\\] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])',
+        # Outpost: no raw control characters, which JSON strings may not hold (upstream's later fix)
+        r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])',
         [],
     ),
     "string": BuiltinRule(r'"\"" char* "\"" space', ["char"]),
@@ -147,9 +135,7 @@ STRING_FORMAT_RULES = {
 DOTALL = "[\\U00000000-\\U0010FFFF]"
 DOT = "[^\\x0A\\x0D]"
 
-RESERVED_NAMES = set(
-    ["root", "dot", *PRIMITIVE_RULES.keys(), *STRING_FORMAT_RULES.keys()]
-)
+RESERVED_NAMES = set(["root", "dot", *PRIMITIVE_RULES.keys(), *STRING_FORMAT_RULES.keys()])
 
 
 NON_LITERAL_SET = set("|.()[]{}*+?")
@@ -169,14 +155,10 @@ class SchemaConverter:
         self._refs_being_resolved = set()
 
     def _format_literal(self, literal):
-        escaped = GRAMMAR_LITERAL_ESCAPE_RE.sub(
-            lambda m: GRAMMAR_LITERAL_ESCAPES.get(m.group(0)), literal
-        )
+        escaped = GRAMMAR_LITERAL_ESCAPE_RE.sub(lambda m: GRAMMAR_LITERAL_ESCAPES.get(m.group(0)), literal)
         return f'"{escaped}"'
 
-    def not_literal(
-        self, literal: str, dotall: bool = True, maybe_escaped_underscores=False
-    ) -> str:
+    def not_literal(self, literal: str, dotall: bool = True, maybe_escaped_underscores=False) -> str:
         """
         not_literal('a') -> '[^a]'
         not_literal('abc') -> '([^a] | "a" ([^b] | "b" ([^c])?)?)?'
@@ -206,10 +188,7 @@ class SchemaConverter:
             key = esc_name
         else:
             i = 0
-            while (
-                f"{esc_name}{i}" in self._rules
-                and self._rules[f"{esc_name}{i}"] != rule
-            ):
+            while f"{esc_name}{i}" in self._rules and self._rules[f"{esc_name}{i}"] != rule:
                 i += 1
             key = f"{esc_name}{i}"
         self._rules[key] = rule
@@ -239,9 +218,7 @@ class SchemaConverter:
 
                         target = self._refs.get(base_url)
                         if target is None:
-                            target = self.resolve_refs(
-                                requests.get(ref).json(), base_url
-                            )
+                            target = self.resolve_refs(requests.get(ref).json(), base_url)
                             self._refs[base_url] = target
 
                         if len(frag_split) == 1 or frag_split[-1] == "":
@@ -400,9 +377,7 @@ class SchemaConverter:
                             min_times = int(nums[0]) if nums[0] else 0
                             max_times = int(nums[1]) if nums[1] else None
                     except ValueError:
-                        raise ValueError(
-                            f"Invalid quantifier {curly_brackets} in /{pattern}/"
-                        )
+                        raise ValueError(f"Invalid quantifier {curly_brackets} in /{pattern}/")
 
                     (sub, sub_is_literal) = seq[-1]
 
@@ -454,11 +429,7 @@ class SchemaConverter:
 
         return self._add_rule(
             name,
-            (
-                to_rule(transform())
-                if self._raw_pattern
-                else '"\\"" ' + to_rule(transform()) + ' "\\"" space'
-            ),
+            (to_rule(transform()) if self._raw_pattern else '"\\"" ' + to_rule(transform()) + ' "\\"" space'),
         )
 
     def _resolve_ref(self, ref):
@@ -494,9 +465,7 @@ class SchemaConverter:
             )
 
         elif "const" in schema:
-            return self._add_rule(
-                rule_name, self._generate_constant_rule(schema["const"])
-            )
+            return self._add_rule(rule_name, self._generate_constant_rule(schema["const"]))
 
         elif "enum" in schema:
             rule = " | ".join((self._generate_constant_rule(v) for v in schema["enum"]))
@@ -504,18 +473,13 @@ class SchemaConverter:
 
         elif schema_type in (None, "object") and (
             "properties" in schema
-            or (
-                "additionalProperties" in schema
-                and schema["additionalProperties"] is not True
-            )
+            or ("additionalProperties" in schema and schema["additionalProperties"] is not True)
         ):
             required = set(schema.get("required", []))
             properties = list(schema.get("properties", {}).items())
             return self._add_rule(
                 rule_name,
-                self._build_object_rule(
-                    properties, required, name, schema.get("additionalProperties")
-                ),
+                self._build_object_rule(properties, required, name, schema.get("additionalProperties")),
             )
 
         elif schema_type in (None, "object") and "allOf" in schema:
@@ -542,14 +506,10 @@ class SchemaConverter:
 
             return self._add_rule(
                 rule_name,
-                self._build_object_rule(
-                    properties, required, hybrid_name, additional_properties=[]
-                ),
+                self._build_object_rule(properties, required, hybrid_name, additional_properties=[]),
             )
 
-        elif schema_type in (None, "array") and (
-            "items" in schema or "prefixItems" in schema
-        ):
+        elif schema_type in (None, "array") and ("items" in schema or "prefixItems" in schema):
             items = schema.get("items") or schema["prefixItems"]
             if isinstance(items, list):
                 return self._add_rule(
@@ -568,45 +528,34 @@ class SchemaConverter:
                 return self._add_rule(
                     rule_name,
                     '"[" space '
-                    + _build_repetition(
-                        item_rule_name, min_items, max_items, separator_rule='"," space'
-                    )
+                    + _build_repetition(item_rule_name, min_items, max_items, separator_rule='"," space')
                     + ' "]" space',
                 )
 
         elif schema_type in (None, "string") and "pattern" in schema:
             return self._visit_pattern(schema["pattern"], rule_name)
 
-        elif schema_type in (None, "string") and re.match(
-            r"^uuid[1-5]?$", schema_format or ""
-        ):
+        elif schema_type in (None, "string") and re.match(r"^uuid[1-5]?$", schema_format or ""):
             return self._add_primitive(
                 "root" if rule_name == "root" else schema_format,
                 PRIMITIVE_RULES["uuid"],
             )
 
-        elif (
-            schema_type in (None, "string")
-            and f"{schema_format}-string" in STRING_FORMAT_RULES
-        ):
+        elif schema_type in (None, "string") and f"{schema_format}-string" in STRING_FORMAT_RULES:
             prim_name = f"{schema_format}-string"
             return self._add_rule(
                 rule_name,
                 self._add_primitive(prim_name, STRING_FORMAT_RULES[prim_name]),
             )
 
-        elif schema_type == "string" and (
-            "minLength" in schema or "maxLength" in schema
-        ):
+        elif schema_type == "string" and ("minLength" in schema or "maxLength" in schema):
             char_rule = self._add_primitive("char", PRIMITIVE_RULES["char"])
             min_len = schema.get("minLength", 0)
             max_len = schema.get("maxLength")
 
             return self._add_rule(
                 rule_name,
-                r'"\"" '
-                + _build_repetition(char_rule, min_len, max_len)
-                + r' "\"" space',
+                r'"\"" ' + _build_repetition(char_rule, min_len, max_len) + r' "\"" space',
             )
 
         elif schema_type == "integer" and (bounds := int_bounds(schema)) is not None:
@@ -614,9 +563,7 @@ class SchemaConverter:
             return self._add_rule(rule_name, "(" + min_max_int_rule(*bounds) + ") space")
 
         elif (schema_type == "object") or (len(schema) == 0):
-            return self._add_rule(
-                rule_name, self._add_primitive("object", PRIMITIVE_RULES["object"])
-            )
+            return self._add_rule(rule_name, self._add_primitive("object", PRIMITIVE_RULES["object"]))
 
         else:
             assert schema_type in PRIMITIVE_RULES, f"Unrecognized schema: {schema}"
@@ -654,9 +601,7 @@ class SchemaConverter:
 
         prop_kv_rule_names = {}
         for prop_name, prop_schema in properties:
-            prop_rule_name = self.visit(
-                prop_schema, f"{name}{'-' if name else ''}{prop_name}"
-            )
+            prop_rule_name = self.visit(prop_schema, f"{name}{'-' if name else ''}{prop_name}")
             prop_kv_rule_names[prop_name] = self._add_rule(
                 f"{name}{'-' if name else ''}{prop_name}-kv",
                 rf'{self._format_literal(json.dumps(prop_name))} space ":" space {prop_rule_name}',
@@ -672,8 +617,7 @@ class SchemaConverter:
             )
             prop_kv_rule_names["*"] = self._add_rule(
                 f"{sub_name}-kv",
-                self._add_primitive("string", PRIMITIVE_RULES["string"])
-                + f' ":" space {value_rule}',
+                self._add_primitive("string", PRIMITIVE_RULES["string"]) + f' ":" space {value_rule}',
             )
             optional_props.append("*")
 
@@ -718,8 +662,5 @@ class SchemaConverter:
 
     def format_grammar(self):
         return "\n".join(
-            f"{name} ::= {rule}"
-            for name, rule in sorted(self._rules.items(), key=lambda kv: kv[0])
+            f"{name} ::= {rule}" for name, rule in sorted(self._rules.items(), key=lambda kv: kv[0])
         )
-
-
