@@ -8,7 +8,8 @@ Copyright (c) 2023-2024 The ggml authors; the license text is in outpost/grammar
 
 Outpost's changes: integer `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum` become digit
 rules (`intrange.py`, ported from llama.cpp's C++ `build_min_max_int`) instead of being ignored;
-string characters exclude raw control characters (invalid in JSON), as upstream does today.
+string characters exclude raw control characters (invalid in JSON) and repetitions use GBNF's
+`{m,n}` (both as llama.cpp's C++ converter does); schema errors are ValueErrors.
 """
 # ruff: noqa
 # mypy: ignore-errors
@@ -29,52 +30,39 @@ GRAMMAR_LITERAL_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"'}
 SPACE_RULE = '" "?'
 
 
+MAX_REPETITION = 2000  # llama.cpp's grammar parser refuses more (MAX_REPETITION_THRESHOLD)
+
+
 def _build_repetition(item_rule, min_items, max_items, separator_rule=None, item_rule_is_literal=False):
+    # Outpost: llama.cpp's C++ build_repetition (GBNF `{m,n}`) instead of this file's nested
+    # optionals, which grew with the bound (maxLength 10**9 meant a gigabyte-long rule); bounds
+    # over what llama.cpp accepts are a ValueError here rather than a refused grammar later.
+    if not isinstance(min_items, int) or (max_items is not None and not isinstance(max_items, int)):
+        raise ValueError("repetition bounds (minLength, maxItems, ...) must be integers")
+    if min_items < 0 or (max_items is not None and max_items < min_items):
+        raise ValueError(f"repetition bounds {min_items}..{max_items} are empty or negative")
+    if min_items > MAX_REPETITION or (max_items is not None and max_items > MAX_REPETITION):
+        raise ValueError(f"repetition bounds over {MAX_REPETITION} are not supported")
+    if max_items == 0:
+        return ""
+    if min_items == 0 and max_items == 1:
+        return f"{item_rule}?"
     if not separator_rule:
-        if min_items == 0 and max_items == 1:
-            return f"{item_rule}?"
-        elif min_items == 1 and max_items is None:
+        if min_items == 1 and max_items is None:
             return f"{item_rule}+"
-
-    result = ""
-
-    if min_items > 0:
-        if item_rule_is_literal and separator_rule is None:
-            result = '"' + (item_rule[1:-1] * min_items) + '"'
-        else:
-            result = (f" {separator_rule} " if separator_rule else " ").join([item_rule] * min_items)
-
-    def opt_repetitions(up_to_n, prefix_with_sep=False):
-        """
-        - n=4, no sep:             '(a (a (a (a)?)?)?)?'
-        - n=4, sep=',', prefix:    '("," a ("," a ("," a ("," a)?)?)?)?'
-        - n=4, sep=',', no prefix: '(a ("," a ("," a ("," a)?)?)?)?'
-        """
-
-        content = f"{separator_rule} {item_rule}" if prefix_with_sep and separator_rule else item_rule
-        if up_to_n == 0:
-            return ""
-        elif up_to_n == 1:
-            return f"({content})?"
-        elif separator_rule and not prefix_with_sep:
-            return f"({content} {opt_repetitions(up_to_n - 1, prefix_with_sep=True)})?"
-        else:
-            return (f"({content} " * up_to_n).rstrip() + (")?" * up_to_n)
-
-    if min_items > 0 and max_items != min_items:
-        result += " "
-
-    if max_items is not None:
-        result += opt_repetitions(max_items - min_items, prefix_with_sep=min_items > 0)
-    else:
-        item_operator = f"({separator_rule + ' ' if separator_rule else ''}{item_rule})"
-
-        if min_items == 0 and separator_rule:
-            result = f"({item_rule} {item_operator}*)?"
-        else:
-            result += f"{item_operator}*"
-
-    return result
+        if min_items == 0 and max_items is None:
+            return f"{item_rule}*"
+        return f"{item_rule}{{{min_items},{'' if max_items is None else max_items}}}"
+    result = (
+        item_rule
+        + " "
+        + _build_repetition(
+            f"({separator_rule} {item_rule})",
+            0 if min_items == 0 else min_items - 1,
+            None if max_items is None else max_items - 1,
+        )
+    )
+    return f"({result})?" if min_items == 0 else result
 
 
 class BuiltinRule:

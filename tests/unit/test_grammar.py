@@ -70,7 +70,7 @@ def test_schema_grammar_keeps_enum_lengths_items_and_integer_bounds() -> None:
     rules = dict(line.split(" ::= ", 1) for line in text.splitlines() if " ::= " in line)
     assert rules["doc-n"] == "([0-7]) space"
     assert rules["doc-unit"] == '"\\"c\\"" | "\\"f\\""'
-    assert "char char (char)?" in rules["doc-name"]
+    assert rules["doc-name"] == '"\\"" char{2,3} "\\"" space'
     assert 'doc-n-kv "," space doc-unit-kv' in rules["doc"]  # required keys come first, unconditionally
     assert rules["doc-tags"] == '"[" space string ("," space string)? "]" space'  # 1 or 2 items
 
@@ -84,6 +84,20 @@ def test_bad_schemas_are_value_errors() -> None:
         json_schema_to_grammar({"type": "no-such-type"})
     with pytest.raises(ValueError):
         json_schema_to_grammar({"$ref": "#/definitions/missing"})
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "maxLength": 10**9},
+        {"type": "array", "items": {"type": "integer"}, "minItems": 5000},
+        {"type": "string", "minLength": 3, "maxLength": 2},
+        {"type": "string", "maxLength": "7"},
+    ],
+)
+def test_repetition_bounds_llama_cpp_refuses_are_value_errors(schema: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        json_schema_to_grammar(schema)
 
 
 def test_builder_combines_schemas_under_one_root() -> None:
