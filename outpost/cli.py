@@ -112,6 +112,11 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("--cors-origins", help="comma-separated allowed origins, or * (default: CORS off)")
     p.add_argument("--log-prompts", action="store_true", default=None, help="log prompt and answer text")
     p.add_argument("--chat-template", help="jinja chat template file overriding the model's")
+    p.add_argument(
+        "--reasoning-format",
+        choices=["auto", "none", "deepseek"],
+        help="auto (default): <think> text goes to reasoning_content; none: it stays in content",
+    )
     p.add_argument("--no-prefix-cache", action="store_false", dest="prefix_cache", default=None)
     p.add_argument(
         "--cache-idle-cells",
@@ -199,7 +204,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 _SERVE_OPTIONS = (
     "model_id parallel ctx_size threads n_gpu_layers split_mode batch_size ubatch_size host port max_queue "
     "request_timeout max_body default_max_tokens embedding_model ssl_keyfile ssl_certfile log_prompts "
-    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified"
+    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified reasoning_format"
 ).split()
 
 

@@ -65,8 +65,10 @@ class Engine:
         """Tokenize a prompt, adding BOS only where the model wants it and the text lacks it."""
         return self.codec.tokenize_prompt(text, add_special)
 
-    def render_chat(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        return self.codec.render_chat(messages, add_generation_prompt=add_generation_prompt)
+    def render_chat(
+        self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True, **extra: Any
+    ) -> str:
+        return self.codec.render_chat(messages, add_generation_prompt=add_generation_prompt, **extra)
 
     def close(self) -> None:
         self.core.stop()

@@ -63,6 +63,9 @@ class ServerConfig(BaseModel):
     ssl_keyfile: str | None = None
     ssl_certfile: str | None = None
     log_prompts: bool = Field(False, description="put prompt and completion text in the request log")
+    reasoning_format: Literal["auto", "none", "deepseek"] = Field(
+        "auto", description="auto: <think> text goes to reasoning_content; none: it stays in content"
+    )
     embedding_model: str | None = Field(None, description="GGUF for /v1/embeddings; default: the served one")
     grace_period: float = Field(30.0, ge=0, description="seconds SIGTERM waits for in-flight requests")
 

@@ -49,8 +49,13 @@ def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
 
 
 def render_chat(codec: PromptCodec, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+    return render_dicts(codec, message_dicts(messages), add_generation_prompt=add_generation_prompt)
+
+
+def render_dicts(codec: PromptCodec, messages: list[dict[str, Any]], **kwargs: Any) -> str:
+    """The chat template on message dicts; `kwargs`: add_generation_prompt, tools, template variables."""
     try:
-        return codec.render_chat(message_dicts(messages), add_generation_prompt=add_generation_prompt)
+        return codec.render_chat(messages, **kwargs)
     except ChatTemplateError:
         raise
     except Exception as exc:  # a template's own jinja code failing on these messages
@@ -131,7 +136,7 @@ def grammar_for(fmt: ResponseFormat | None) -> str | None:
     """GBNF text enforcing `response_format`; an unusable schema is a 400."""
     if fmt is None or fmt.type == "text":
         return None
-    from outpost.engine import grammar
+    from outpost import grammar
 
     schema = fmt.json_schema.json_schema if fmt.json_schema is not None else fmt.inline_schema
     if fmt.type == "json_schema" and schema is None:

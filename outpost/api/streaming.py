@@ -21,6 +21,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from outpost.api import render
+from outpost.api.chat_plan import ChatPlan
 from outpost.api.errors import ApiError
 from outpost.api.generation import Generation, Outcome, finish_error
 from outpost.api.requestlog import RequestRecord
@@ -69,6 +70,7 @@ class StreamSpec:
     record: RequestRecord
     log_prompts: bool
     prompts: list[str]
+    chat: ChatPlan | None = None  # chat streams: reads tool calls and reasoning out of the text
 
 
 def _internal_error(exc: BaseException) -> ApiError:
@@ -79,6 +81,7 @@ def _internal_error(exc: BaseException) -> ApiError:
 async def chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes]:
     created = int(time.time())
     out = gen.new_outcome()
+    reader = (spec.chat or ChatPlan("", think=False)).output()
     yield sse(render.chat_chunk(spec.rid, spec.model, created, {"role": "assistant", "content": ""}))
     try:
         async for event in gen.events():
@@ -86,18 +89,21 @@ async def chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes]
             lp = (
                 render.chat_logprobs(spec.codec, event.logprobs) if spec.logprobs and event.logprobs else None
             )
-            if event.text or lp:
-                yield sse(
-                    render.chat_chunk(spec.rid, spec.model, created, {"content": event.text}, logprobs=lp)
-                )
+            delta = reader.feed(event.text) if event.text else {}
+            if delta or lp:
+                yield sse(render.chat_chunk(spec.rid, spec.model, created, delta, logprobs=lp))
             if not event.finished:
                 continue
             err = finish_error(event.finish_reason, event.error, spec.timeout)
             if err is not None:
                 yield sse(err.body())
                 break
+            for delta in reader.finish():
+                yield sse(render.chat_chunk(spec.rid, spec.model, created, delta))
             timings = out.timings.as_dict()
             reason = render.finish_reason(event.finish_reason)
+            if spec.chat is not None:
+                reason = spec.chat.finish_reason(reason, bool(reader.tool_calls))
             yield sse(render.chat_chunk(spec.rid, spec.model, created, {}, finish=reason, timings=timings))
             if spec.include_usage:
                 use = render.usage(out.n_prompt, len(out.token_ids), out.timings.cache_n)
