@@ -122,6 +122,12 @@ def _add_serve_parser(sub: Any) -> None:
     )
     p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
     p.add_argument(
+        "--sse-keepalive",
+        type=float,
+        help="seconds a stream may go without an event before a `: keep-alive` comment is sent, so "
+        "proxies keep queued and prefilling streams open (default 15; 0: never)",
+    )
+    p.add_argument(
         "-kvu",
         "--kv-unified",
         choices=["auto", "on", "off"],
@@ -199,7 +205,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 _SERVE_OPTIONS = (
     "model_id parallel ctx_size threads n_gpu_layers split_mode batch_size ubatch_size host port max_queue "
     "request_timeout max_body default_max_tokens embedding_model ssl_keyfile ssl_certfile log_prompts "
-    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified"
+    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified sse_keepalive"
 ).split()
 
 

@@ -65,6 +65,9 @@ class ServerConfig(BaseModel):
     log_prompts: bool = Field(False, description="put prompt and completion text in the request log")
     embedding_model: str | None = Field(None, description="GGUF for /v1/embeddings; default: the served one")
     grace_period: float = Field(30.0, ge=0, description="seconds SIGTERM waits for in-flight requests")
+    sse_keepalive: float = Field(
+        15.0, ge=0, description="seconds without an event before a stream gets an SSE comment; 0: never"
+    )
 
     @field_validator("model_path", "embedding_model", "ssl_keyfile", "ssl_certfile")
     @classmethod

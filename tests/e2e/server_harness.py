@@ -15,8 +15,18 @@ from typing import Any
 
 import httpx
 
+from outpost.core import STEP_DELAY_ENV
+
 OUTPOST = [sys.executable, "-m", "outpost.cli"]
 START_TIMEOUT = 90.0
+
+
+def paced(ms: float) -> dict[str, str]:
+    """Server environment that makes every decoding step take at least `ms` milliseconds.
+
+    How e2e tests hold the engine without racing it: a prefill of N chunks or a generation of N
+    tokens then lasts at least N * ms, on any machine, so "still running" is a fact, not a bet."""
+    return {STEP_DELAY_ENV: f"{ms:g}"}
 
 
 def free_port() -> int:
@@ -107,9 +117,13 @@ class Server:
 
 
 def start(
-    model: Path, *args: str, tls_ca: str | None = None, headers: dict[str, str] | None = None
+    model: Path,
+    *args: str,
+    tls_ca: str | None = None,
+    headers: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Server:
-    server = Server(model, *args, tls_ca=tls_ca)
+    server = Server(model, *args, tls_ca=tls_ca, env=env)
     server.wait_ready(headers=headers)
     return server
 
