@@ -38,6 +38,9 @@ class ServerConfig(BaseModel):
     n_gpu_layers: int = Field(0, ge=-1, description="layers offloaded to GPU (-ngl); -1 = all")
     split_mode: Literal["none", "layer", "row"] = "layer"
     batch_size: int = Field(512, ge=1, description="tokens per decode step (-b)")
+    prefill_budget: int | None = Field(
+        None, ge=1, description="prompt tokens per step while others generate; None: batch_size"
+    )
     ubatch_size: int = Field(512, ge=1, description="physical micro-batch (-ub)")
     flash_attn: Literal["auto", "on", "off"] = Field("auto", description="flash attention (-fa)")
     repack: Literal["auto", "on", "off"] = Field(

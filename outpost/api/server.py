@@ -35,6 +35,7 @@ def build_engine(config: ServerConfig) -> Any:
         max_queue=config.max_queue,
         prefix_cache=config.prefix_cache,
         idle_cache_cells=config.cache_idle_cells,
+        prefill_budget=config.prefill_budget,
     )
 
 

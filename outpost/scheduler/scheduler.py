@@ -187,7 +187,9 @@ class Scheduler:
                 state.admitted_at = now
             seq = plan.dst.seq_id
             # After a preemption the runner still has the request's chain and ignores the history.
-            self._setups[seq] = SamplerSetup(seq, state.request_id, state.req.sampling, state.penalty_history())
+            self._setups[seq] = SamplerSetup(
+                seq, state.request_id, state.req.sampling, state.penalty_history()
+            )
             if self.config.shared_kv:
                 self._ops += self._pool.trim_idle(self.config.idle_cache_cells, (plan.dst, plan.src))
 

@@ -46,7 +46,10 @@ class Server:
         self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         self.verify: Any = ssl.create_default_context(cafile=tls_ca) if tls_ca else True
         self._err = tempfile.NamedTemporaryFile(prefix="outpost-serve-", suffix=".log", delete=False)  # noqa: SIM115
-        cmd = [*OUTPOST, "serve", "-m", str(model), "--port", str(self.port), "-t", "2", *args]
+        # One thread: the tiny model needs no more, and on a CPU shared with other work llama.cpp's
+        # OpenMP barrier waits for a descheduled second thread every op (measured under load
+        # ~10 on 2 cores: 5 ms a token with -t 1, 200-250 ms with -t 2).
+        cmd = [*OUTPOST, "serve", "-m", str(model), "--port", str(self.port), "-t", "1", *args]
         environ = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._err, env=environ)
 

@@ -120,7 +120,9 @@ def test_cancel_mid_prefill_non_streaming_frees_the_slot(server: Server) -> None
 
     async def hang_up_mid_prefill() -> None:
         async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
-            call = asyncio.ensure_future(c.post("/v1/chat/completions", json=_chat(long_prompt("blocking"), 8)))
+            call = asyncio.ensure_future(
+                c.post("/v1/chat/completions", json=_chat(long_prompt("blocking"), 8))
+            )
             await asyncio.to_thread(_wait_busy, server)
             assert not call.done(), "the prefill cannot have ended: it takes >= 7.5 s"
             call.cancel()  # the client goes away: its connection closes

@@ -232,7 +232,9 @@ def test_prefill_budget_caps_prompt_chunks_only_while_others_generate() -> None:
         assert any(c.seq_id == 0 and len(c.tokens) == 1 for c in out.chunks)
     assert h.token_ids(streaming) == reference_tokens(prompt(4), 40)
     assert h.token_ids(long) == reference_tokens(prompt(100, base=1000), 3)
-    alone = Harness(SchedulerConfig(n_slots=2, n_ctx=512, n_ctx_seq=256, step_token_budget=64, prefill_budget=8))
+    alone = Harness(
+        SchedulerConfig(n_slots=2, n_ctx=512, n_ctx_seq=256, step_token_budget=64, prefill_budget=8)
+    )
     alone.add(prompt(100, base=1000), max_tokens=1)
     alone.step()
     assert alone.runner.steps[0].num_tokens == 64, "nothing generates: the prompt takes the whole step"

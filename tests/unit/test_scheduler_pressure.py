@@ -71,7 +71,7 @@ def test_a_preempted_request_resumes_with_its_own_sampler_chain() -> None:
 
     roomy, expected, _ = run(n_ctx=512)
     assert len(setups_with_prompt(roomy, prompt(8, base=400))) == 1, "no pressure, no preemption"
-    tight, got, rids = run(n_ctx=64)
+    tight, got, _ = run(n_ctx=64)
     assert len(setups_with_prompt(tight, prompt(8, base=400))) >= 2, "the youngest was never preempted"
     assert got == expected
     assert [len(t) for t in got] == [20] * 4
