@@ -102,14 +102,15 @@ def main() -> int:
     config = EngineConfig(model_path=str(model), n_ctx=16384, n_seq_max=8, n_threads=args.threads)
     results: dict[str, Any] = {}
     with Engine(config) as engine:
-        for name in args.budgets.split(","):
+        for i, name in enumerate(args.budgets.split(",")):  # repeat a budget to alternate rounds
             budget = None if name == "none" else int(name)
             _set_budget(engine, budget)
             log(
                 f"budget {name}: {args.streams} streams, {args.prompt_tokens}-token prompts, {args.seconds} s"
             )
-            results[name] = asyncio.run(_measure(engine, args))
-            log(f"  {results[name]}")
+            key = f"{name}#{i}"
+            results[key] = asyncio.run(_measure(engine, args))
+            log(f"  {results[key]}")
     print(json.dumps(results))
     return 0
 
