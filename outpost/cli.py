@@ -98,6 +98,12 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("-sm", "--split-mode", choices=["none", "layer", "row"])
     p.add_argument("-b", "--batch-size", type=int, help="tokens per decode step (default 512)")
     p.add_argument("-ub", "--ubatch-size", type=int, help="physical micro-batch (default 512)")
+    p.add_argument(
+        "--prefill-budget",
+        type=int,
+        help="prompt tokens per step while other requests generate, so their tokens keep coming "
+        "while long prompts are read (default: -b)",
+    )
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8080, SageMaker's)")
     p.add_argument("--api-key", action="append", dest="api_keys", help="accepted API key (repeatable)")
@@ -126,6 +132,12 @@ def _add_serve_parser(sub: Any) -> None:
         "requests); per-slot streams keep them all",
     )
     p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
+    p.add_argument(
+        "--sse-keepalive",
+        type=float,
+        help="seconds a stream may go without an event before a `: keep-alive` comment is sent, so "
+        "proxies keep queued and prefilling streams open (default 15; 0: never)",
+    )
     p.add_argument(
         "-kvu",
         "--kv-unified",
@@ -204,7 +216,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 _SERVE_OPTIONS = (
     "model_id parallel ctx_size threads n_gpu_layers split_mode batch_size ubatch_size host port max_queue "
     "request_timeout max_body default_max_tokens embedding_model ssl_keyfile ssl_certfile log_prompts "
-    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified reasoning_format"
+    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified reasoning_format sse_keepalive"
+    " prefill_budget"
 ).split()
 
 

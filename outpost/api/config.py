@@ -38,6 +38,9 @@ class ServerConfig(BaseModel):
     n_gpu_layers: int = Field(0, ge=-1, description="layers offloaded to GPU (-ngl); -1 = all")
     split_mode: Literal["none", "layer", "row"] = "layer"
     batch_size: int = Field(512, ge=1, description="tokens per decode step (-b)")
+    prefill_budget: int | None = Field(
+        None, ge=1, description="prompt tokens per step while others generate; None: batch_size"
+    )
     ubatch_size: int = Field(512, ge=1, description="physical micro-batch (-ub)")
     flash_attn: Literal["auto", "on", "off"] = Field("auto", description="flash attention (-fa)")
     repack: Literal["auto", "on", "off"] = Field(
@@ -68,6 +71,9 @@ class ServerConfig(BaseModel):
     )
     embedding_model: str | None = Field(None, description="GGUF for /v1/embeddings; default: the served one")
     grace_period: float = Field(30.0, ge=0, description="seconds SIGTERM waits for in-flight requests")
+    sse_keepalive: float = Field(
+        15.0, ge=0, description="seconds without an event before a stream gets an SSE comment; 0: never"
+    )
 
     @field_validator("model_path", "embedding_model", "ssl_keyfile", "ssl_certfile")
     @classmethod

@@ -76,6 +76,7 @@ def _spec(
         record=record_of(request),
         log_prompts=state.config.log_prompts,
         prompts=prompts,
+        keepalive=state.config.sse_keepalive,
     )
 
 
