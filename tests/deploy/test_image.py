@@ -18,7 +18,10 @@ from podman_harness import FIGURES, podman
 from outpost.models import write_synthetic_model
 
 pytestmark = pytest.mark.deploy
-GRACE = 120  # OUTPOST_GRACE_PERIOD inside the container: far beyond what the drained request needs
+# OUTPOST_GRACE_PERIOD inside the container: a bound, far beyond what the drained request needs even
+# on a loaded 2-core machine (~2 tokens/s measured while other builds ran).
+GRACE = 600
+DRAINED_TOKENS = 128  # more than any CPU decodes between reading the first chunk and the signal
 
 
 def _free_port() -> int:
@@ -79,12 +82,15 @@ def served(image: str, model_dir: Path) -> Iterator[Container]:
 
 
 def test_image_config_is_the_sagemaker_contract(image: str) -> None:
-    cfg = json.loads(podman("image", "inspect", image).stdout)[0]["Config"]
+    info = json.loads(podman("image", "inspect", image).stdout)[0]
+    cfg = info["Config"]
     assert cfg["Entrypoint"] == ["outpost"] and cfg["Cmd"] == ["serve"]
     assert "8080/tcp" in cfg["ExposedPorts"] and "OUTPOST_PORT=8080" in cfg["Env"]
     assert "OUTPOST_HOST=0.0.0.0" in cfg["Env"]
     assert cfg["StopSignal"] == "SIGTERM" and cfg["User"] == "10001:10001"
-    assert cfg["Healthcheck"]["Test"][0] == "CMD" and "/ping" in cfg["Healthcheck"]["Test"][-1]
+    # podman shows the docker-format HEALTHCHECK beside the OCI config (docker: inside it)
+    health = info.get("Healthcheck") or cfg["Healthcheck"]
+    assert health["Test"][0] == "CMD" and "/ping" in health["Test"][-1]
 
 
 def test_no_compiler_and_a_portable_llama_cpp(image: str) -> None:
@@ -137,7 +143,7 @@ def test_invocations_tgi_openai_and_sse(served: Container) -> None:
 def test_sigterm_drains_the_request_and_exits_0(served: Container) -> None:
     body = {
         "messages": [{"role": "user", "content": "Count"}],
-        "max_tokens": 400,
+        "max_tokens": DRAINED_TOKENS,
         "ignore_eos": True,
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -152,13 +158,13 @@ def test_sigterm_drains_the_request_and_exits_0(served: Container) -> None:
         events = [first, *(line for line in lines if line.startswith("data: "))]
     assert events[-1] == "data: [DONE]"
     usage = json.loads(events[-2][6:])["usage"]
-    assert usage["completion_tokens"] == 400  # drained, not cut off
+    assert usage["completion_tokens"] == DRAINED_TOKENS  # drained, not cut off
     code = podman("wait", served.name, timeout=GRACE + 30).stdout.strip()
     took = time.monotonic() - signalled
     assert code == "0" and took < GRACE
     logs = podman("logs", served.name).stderr
-    assert "Traceback" not in logs
-    FIGURES["SIGTERM with a 400-token stream in flight -> exit 0"] = f"{took:.1f} s"
+    assert "finishing 1 in flight" in logs and "Traceback" not in logs  # it was in flight at SIGTERM
+    FIGURES[f"SIGTERM with a {DRAINED_TOKENS}-token stream in flight -> exit 0"] = f"{took:.1f} s"
 
 
 def test_serve_m_and_env_configuration(image: str, model_dir: Path) -> None:
