@@ -109,6 +109,13 @@ def test_ping_and_the_model_from_opt_ml_model(served: Container) -> None:
 
 
 def test_runs_as_non_root_with_threads_for_every_cpu(served: Container) -> None:
+    # threads default to the CPUs the process may use: inside the container, every vCPU of the host
+    threads = podman(
+        "exec", served.name, "python3", "-c",
+        "from outpost.engine.config import EngineConfig as E; "
+        "print(E(model_path='/opt/ml/model/model.gguf').n_threads)",
+    ).stdout.strip()  # fmt: skip
+    assert threads == str(len(os.sched_getaffinity(0)))
     status = podman("exec", served.name, "cat", "/proc/1/status").stdout
     uid = next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:"))
     assert uid == "10001"
