@@ -1,6 +1,7 @@
 # Outpost's front doors: `make serve` (install, then the OpenAI-compatible server on the demo model,
 # http://127.0.0.1:8080), `make test` (install, then ruff + mypy + pytest) and `make run` (answer one
-# prompt in the terminal). All create .venv themselves.
+# prompt in the terminal). All create .venv themselves. `make image` builds the container image
+# (deploy/Dockerfile) and `make test-deploy` builds and tests it (podman; installs what it needs).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -8,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 PROMPT ?= Hello! What can you do?
 SERVE_ARGS ?=
 
-.PHONY: install serve run test lint typecheck unit integration e2e clean
+.PHONY: install serve run test lint typecheck unit integration e2e clean deploy-deps image test-deploy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,8 +20,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# A real small instruct model where the hub answers (pulled once into the store), else the demo model.
+FIRST_MODEL ?= smollm2:135m
+
 serve: install
-	$(BIN)/outpost serve $(SERVE_ARGS)
+	$(BIN)/python -m outpost.first_run $(FIRST_MODEL) -- $(SERVE_ARGS)
 
 run: install
 	$(BIN)/outpost run --single-turn -n 64 -p "$(PROMPT)"
@@ -34,6 +38,24 @@ typecheck: install
 
 test: lint typecheck
 	$(BIN)/pytest tests
+
+# Debian packages the image build and the deploy tier need (root; once per machine).
+DEPLOY_PKGS := podman runc uidmap fuse-overlayfs slirp4netns mmdebstrap systemd
+deploy-deps:
+	@missing=$$(for p in $(DEPLOY_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing $$missing"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi
+
+# outpost:VERSION for this machine's arch; its NAME:TAG is the last line printed.
+image: deploy-deps
+	deploy/image.sh
+
+test-deploy: install deploy-deps
+	$(BIN)/python -m pip install -q -e ".[dev,deploy]"
+	OUTPOST_TEST_IMAGE=$$(deploy/image.sh | tail -n 1) && export OUTPOST_TEST_IMAGE && \
+		$(BIN)/pytest -m deploy tests/deploy -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -17,9 +17,10 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from outpost.bench.cli_args import add_bench_parser
+from outpost.envflags import use_environment
 from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, add_quantize_parser
 from outpost.models.convert.cli_args import add_convert_parser
-from outpost.models.store import resolve_model_arg
+from outpost.models.store import resolve_model_arg, sagemaker_model
 from outpost.run import PRESETS, UsageError
 
 _log = logging.getLogger("outpost")
@@ -230,14 +231,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     options["cors_origins"] = (
         tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else None
     )
-    # -m, else OUTPOST_MODEL_PATH (a path or a store name, like -m), else the demo model.
-    options["model_path"] = _resolve_model(args.model or os.environ.get("OUTPOST_MODEL_PATH"), "serve")
+    # -m (or OUTPOST_MODEL / OUTPOST_MODEL_PATH), else a GGUF in SageMaker's /opt/ml/model, else the demo.
+    options["model_path"] = _resolve_model(args.model or sagemaker_model(), "serve")
     config = build_server_config(options, args.api_key_file, args.chat_template)
     return serve(config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    use_environment(parser, sys.argv[1:] if argv is None else argv)  # OUTPOST_* variables as flag defaults
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(name)s: %(message)s"
     )

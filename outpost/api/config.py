@@ -2,8 +2,8 @@
 
 `ServerConfig` holds the HTTP side (address, TLS, limits, auth, CORS, logging) and the few engine
 knobs the server passes through; `engine_config()` turns the latter into the engine's own
-`EngineConfig`. Every field may also come from the environment as `OUTPOST_<FIELD>` (upper case;
-lists comma-separated), which the CLI applies before its flags.
+`EngineConfig`. The environment reaches it through the CLI: each `outpost serve` flag reads
+`OUTPOST_<LONG_FLAG>` (outpost/envflags.py).
 """
 
 from __future__ import annotations
@@ -127,18 +127,6 @@ class ServerConfig(BaseModel):
         return EngineConfig.model_validate(options)
 
 
-def env_overrides(prefix: str = "OUTPOST_") -> dict[str, Any]:
-    """ServerConfig fields found in the environment (`OUTPOST_PORT=9000`, `OUTPOST_API_KEYS=a,b`)."""
-    found: dict[str, Any] = {}
-    for name, field in ServerConfig.model_fields.items():
-        raw = os.environ.get(prefix + name.upper())
-        if raw is None:
-            continue
-        is_tuple = "tuple" in str(field.annotation)
-        found[name] = tuple(v for v in raw.split(",") if v) if is_tuple else raw
-    return found
-
-
 def _read_text(path: str, what: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
@@ -158,9 +146,8 @@ def read_api_keys(path: str) -> tuple[str, ...]:
 def build_server_config(
     options: dict[str, Any], api_key_file: str | None = None, chat_template_file: str | None = None
 ) -> ServerConfig:
-    """ServerConfig from the environment (OUTPOST_*), then explicit options (None = not given)."""
-    merged = env_overrides()
-    merged.update({k: v for k, v in options.items() if v is not None})
+    """ServerConfig from explicit options (None = not given: the field's default)."""
+    merged = {k: v for k, v in options.items() if v is not None}
     if api_key_file:
         merged["api_keys"] = (*merged.get("api_keys", ()), *read_api_keys(api_key_file))
     if chat_template_file:
