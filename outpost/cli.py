@@ -120,6 +120,9 @@ def _add_serve_parser(sub: Any) -> None:
         "others run (default 0: every decode attends over every used cell, so idle caches slow all "
         "requests); per-slot streams keep them all",
     )
+    p.add_argument(
+        "--no-webui", action="store_false", dest="webui", default=None, help="no chat page at / (404)"
+    )
     p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
     p.add_argument(
         "-kvu",
@@ -199,7 +202,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 _SERVE_OPTIONS = (
     "model_id parallel ctx_size threads n_gpu_layers split_mode batch_size ubatch_size host port max_queue "
     "request_timeout max_body default_max_tokens embedding_model ssl_keyfile ssl_certfile log_prompts "
-    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified"
+    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified webui"
 ).split()
 
 

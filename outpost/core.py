@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import threading
 import time
@@ -29,6 +30,9 @@ _log = logging.getLogger(__name__)
 
 EventSink = Callable[[TokenEvent], None]
 T = TypeVar("T")
+# Tests only: milliseconds to pause after every step that did work, so a stream is still running
+# when a test (a browser's stop button, a disconnect) acts on it, however fast the machine is.
+STEP_DELAY_ENV = "OUTPOST_DEBUG_STEP_DELAY_MS"
 
 
 class Runner(Protocol):
@@ -72,6 +76,7 @@ class EngineCore:
         self._sinks: dict[str, EventSink] = {}
         self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future[object]]] = queue.SimpleQueue()
         self.steps = 0
+        self._step_delay = float(os.environ.get(STEP_DELAY_ENV) or 0) / 1000.0
         built: Future[None] = Future()
         self._thread = threading.Thread(
             target=self._run, args=(build, built), name="outpost-engine", daemon=True
@@ -130,6 +135,8 @@ class EngineCore:
                 if not (self._run_jobs() | self._step()):
                     self._wake.wait(timeout=0.5)
                     self._wake.clear()
+                elif self._step_delay:
+                    time.sleep(self._step_delay)
         except BaseException:  # a bug in the loop must not leave callers waiting forever
             _log.exception("engine loop crashed")
             self._fail_all("engine loop crashed; see the server log")

@@ -64,6 +64,7 @@ class ServerConfig(BaseModel):
     ssl_certfile: str | None = None
     log_prompts: bool = Field(False, description="put prompt and completion text in the request log")
     embedding_model: str | None = Field(None, description="GGUF for /v1/embeddings; default: the served one")
+    webui: bool = Field(True, description="the browser chat page at / (--no-webui: off, / is a 404)")
     grace_period: float = Field(30.0, ge=0, description="seconds SIGTERM waits for in-flight requests")
 
     @field_validator("model_path", "embedding_model", "ssl_keyfile", "ssl_certfile")
