@@ -37,10 +37,9 @@ WAIT_MS = 30_000
 ARTIFACTS = Path(os.environ.get("OUTPOST_TEST_ARTIFACTS", Path(__file__).parents[2] / "test-artifacts"))
 
 
-def _serve(model: Path, *args: str) -> Server:
-    server = Server(
-        model, "-np", "2", "-c", "4096", *args, env={"OUTPOST_DEBUG_STEP_DELAY_MS": STEP_DELAY_MS}
-    )
+def _serve(model: Path, *args: str, slots: int = 2) -> Server:
+    pacing = {"OUTPOST_DEBUG_STEP_DELAY_MS": STEP_DELAY_MS}
+    server = Server(model, "-np", str(slots), "-c", "4096", *args, env=pacing)
     server.wait_ready()
     return server
 
@@ -63,7 +62,7 @@ def server(tiny_model: Path) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def keyed_server(tiny_model: Path) -> Iterator[Server]:
-    with _serve(tiny_model, "--api-key", KEY) as srv:
+    with _serve(tiny_model, "--api-key", KEY, "--max-queue", "0", slots=1) as srv:
         yield srv
 
 
@@ -192,7 +191,7 @@ def test_api_key_is_asked_for_and_never_in_a_url_or_the_log(page: Watched, keyed
     p = _open(page, keyed_server)
     error = p.locator("#error")
     expect(error).to_contain_text("Unauthorized (401)")
-    expect(p.locator("#api-key")).to_be_visible()
+    expect(p.locator("#api-key")).to_be_visible()  # asked for, since the server wants one
 
     p.fill("#api-key", "sk-wrong")
     p.locator("#api-key").blur()  # a change: the page tries /v1/models again with it
@@ -213,6 +212,80 @@ def test_api_key_is_asked_for_and_never_in_a_url_or_the_log(page: Watched, keyed
     assert page.urls and not any(KEY in u or "sk-wrong" in u for u in page.urls), page.urls
     keyed_server.wait_idle(timeout=30)
     assert KEY not in keyed_server.stderr() and "sk-wrong" not in keyed_server.stderr()
+    page.assert_clean()
+
+
+def _enter_key(p: Page, server: Server) -> None:
+    expect(p.locator("#error")).to_contain_text("Unauthorized (401)")
+    p.fill("#api-key", KEY)
+    p.locator("#api-key").blur()
+    expect(p.locator("#model")).to_have_text(server.health()["model"])
+
+
+def test_a_busy_server_is_shown_as_busy(page: Watched, keyed_server: Server) -> None:
+    hold = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1500, "ignore_eos": True}
+    auth = {"Authorization": f"Bearer {KEY}"}
+    with (
+        keyed_server.client(headers=auth) as c,
+        c.stream("POST", "/v1/chat/completions", json={**hold, "stream": True}) as held,
+    ):
+        assert held.status_code == 200
+        for _ in range(200):  # bounded: the one slot is taken once the first token is out
+            if keyed_server.health()["slots_busy"] == 1:
+                break
+            time.sleep(0.05)
+        assert keyed_server.health()["slots_busy"] == 1
+        p = _open(page, keyed_server)
+        _enter_key(p, keyed_server)
+        _send(p, "Hi")
+        expect(p.locator("#error")).to_contain_text("Server busy (429)")
+    keyed_server.wait_idle(timeout=20)
+    page.assert_clean()
+
+
+def _chunk(delta: dict[str, str], finish: str | None = None) -> dict[str, object]:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [choice]}
+
+
+def _canned(p: Page, events: list[object]) -> None:
+    """The chat endpoint answers with these SSE events instead of the model (the page parses them)."""
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    headers = {"content-type": "text/event-stream"}
+    p.route("**/v1/chat/completions", lambda route: route.fulfill(status=200, headers=headers, body=body))
+
+
+def test_reasoning_is_a_collapsed_block_and_a_stream_error_is_shown(page: Watched, server: Server) -> None:
+    p = _open(page, server)
+    final = _chunk({}, "stop")
+    final["timings"] = {"predicted_n": 5, "predicted_per_second": 42.0, "prompt_n": 3, "prompt_ms": 7.0}
+    parts = [{"reasoning_content": "Two and "}, {"reasoning_content": "two..."}, {"content": "It is"}]
+    _canned(
+        p,
+        [
+            _chunk({"role": "assistant", "content": ""}),
+            *map(_chunk, parts),
+            _chunk({"content": " 4."}),
+            final,
+        ],
+    )
+    _send(p, "2+2?")
+    reply = p.locator(".msg.assistant").last
+    expect(reply.locator(".body")).to_have_text("It is 4.")
+    expect(reply.locator(".meta")).to_contain_text("5 tokens · 42.0 tok/s")
+    thoughts = reply.locator("details.reasoning .thoughts")
+    expect(thoughts).to_have_text("Two and two...")
+    expect(thoughts).to_be_hidden()  # collapsed until asked for
+    reply.locator("details.reasoning summary").click()
+    expect(thoughts).to_be_visible()
+
+    p.unroute("**/v1/chat/completions")
+    err = {"message": "the request timed out after 2 s", "type": "timeout_error", "param": None, "code": None}
+    _canned(p, [_chunk({"role": "assistant", "content": ""}), _chunk({"content": "Partial"}), {"error": err}])
+    _send(p, "again")
+    expect(p.locator("#error")).to_have_text("the request timed out after 2 s")
+    expect(p.locator(".msg.assistant .body").last).to_have_text("Partial")
+    expect(p.locator(".msg.assistant .meta").last).to_contain_text("error")
     page.assert_clean()
 
 
