@@ -33,7 +33,8 @@ CHROMIUM_ARGS = [
 ]
 STEP_DELAY_MS = "40"  # 25 tokens/s at most: a 1500-token answer streams for a minute or more
 KEY = "sk-webui-e2e-0123456789"
-WAIT_MS = 30_000
+WAIT_MS = 90_000  # a ceiling for every page wait, only reached when something is wrong (or on a crushed CPU)
+expect.set_options(timeout=WAIT_MS)
 ARTIFACTS = Path(os.environ.get("OUTPOST_TEST_ARTIFACTS", Path(__file__).parents[2] / "test-artifacts"))
 
 
@@ -205,7 +206,7 @@ def test_api_key_is_asked_for_and_never_in_a_url_or_the_log(page: Watched, keyed
     expect(error).to_be_hidden()
     p.fill("#max_tokens", "6")  # the settings panel is open: the page opened it for the key
     _send(p, "Hi")
-    expect(p.locator(".msg.assistant .meta").last).to_contain_text("tok/s")
+    expect(p.locator(".msg.assistant .meta").last).to_contain_text("prompt")  # the final timings
     assert p.evaluate("sessionStorage.getItem('outpost.apiKey')") == KEY
     assert p.evaluate("localStorage.getItem('outpost.apiKey')") is None
 
