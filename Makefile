@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 PROMPT ?= Hello! What can you do?
 SERVE_ARGS ?=
 
-.PHONY: install serve run test lint typecheck unit integration e2e clean deploy-deps image test-deploy
+.PHONY: install serve run test lint typecheck unit integration e2e clean browser deploy-deps image test-deploy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,7 +36,12 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: lint typecheck
+# The chat page's browser tests drive Debian's chromium through Playwright (which never downloads one).
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -q && apt-get install -y -q chromium; } \
+		|| echo "chromium is missing: run 'sudo apt-get install -y chromium' for the browser tests" >&2
+
+test: lint typecheck browser
 	$(BIN)/pytest tests
 
 # Debian packages the image build and the deploy tier need (root; once per machine).

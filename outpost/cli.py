@@ -132,6 +132,9 @@ def _add_serve_parser(sub: Any) -> None:
         "others run (default 0: every decode attends over every used cell, so idle caches slow all "
         "requests); per-slot streams keep them all",
     )
+    p.add_argument(
+        "--no-webui", action="store_false", dest="webui", default=None, help="no chat page at / (404)"
+    )
     p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
     p.add_argument(
         "--sse-keepalive",
@@ -218,7 +221,7 @@ _SERVE_OPTIONS = (
     "model_id parallel ctx_size threads n_gpu_layers split_mode batch_size ubatch_size host port max_queue "
     "request_timeout max_body default_max_tokens embedding_model ssl_keyfile ssl_certfile log_prompts "
     "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified reasoning_format sse_keepalive"
-    " prefill_budget"
+    " prefill_budget webui"
 ).split()
 
 

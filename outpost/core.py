@@ -30,7 +30,6 @@ _log = logging.getLogger(__name__)
 
 EventSink = Callable[[TokenEvent], None]
 T = TypeVar("T")
-
 # A test and diagnostic knob, not a tuning one: every step that decodes takes at least this many
 # milliseconds. Tests use it to hold the engine (a deadline the model cannot beat, a prefill that
 # is still running, a drain with work in flight) on any machine, however fast; it is read by the

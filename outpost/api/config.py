@@ -70,6 +70,7 @@ class ServerConfig(BaseModel):
         "auto", description="auto: <think> text goes to reasoning_content; none: it stays in content"
     )
     embedding_model: str | None = Field(None, description="GGUF for /v1/embeddings; default: the served one")
+    webui: bool = Field(True, description="the browser chat page at / (--no-webui: off, / is a 404)")
     grace_period: float = Field(30.0, ge=0, description="seconds SIGTERM waits for in-flight requests")
     sse_keepalive: float = Field(
         15.0, ge=0, description="seconds without an event before a stream gets an SSE comment; 0: never"
