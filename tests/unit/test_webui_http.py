@@ -19,7 +19,7 @@ def _client(tmp_path: Path, **options: object) -> TestClient:
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     config = ServerConfig.model_validate({"model_path": str(model), **options})
-    return TestClient(create_app(object(), config))  # a stand-in engine: no route here reaches it
+    return TestClient(create_app({}, config))  # no backend: no route here reaches one
 
 
 def test_page_and_assets_are_open_with_strict_headers_but_the_api_is_not(tmp_path: Path) -> None:
