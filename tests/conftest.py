@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from broker_fixture import rabbitmq  # noqa: F401  (a real RabbitMQ on loopback, session-wide)
 from fakehub import fake_hub  # noqa: F401  (the fake Hugging Face Hub fixture, for every test dir)
 
 
