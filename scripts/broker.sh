@@ -76,6 +76,7 @@ setup_env() {
     export RABBITMQ_MNESIA_BASE="$STATE/mnesia"
     export RABBITMQ_LOG_BASE="$STATE/log"
     export RABBITMQ_PID_FILE="$STATE/rabbit.pid"
+    export ERL_CRASH_DUMP="$STATE/log/erl_crash.dump" # not the caller's working directory
 }
 
 write_config() {
