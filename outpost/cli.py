@@ -121,6 +121,7 @@ def _add_serve_parser(sub: Any) -> None:
         "requests); per-slot streams keep them all",
     )
     p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
+    p.add_argument("--otlp-endpoint", help="export OpenTelemetry spans to this OTLP/HTTP collector URL")
     p.add_argument(
         "-kvu",
         "--kv-unified",
@@ -199,7 +200,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 _SERVE_OPTIONS = (
     "model_id parallel ctx_size threads n_gpu_layers split_mode batch_size ubatch_size host port max_queue "
     "request_timeout max_body default_max_tokens embedding_model ssl_keyfile ssl_certfile log_prompts "
-    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified"
+    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified otlp_endpoint"
 ).split()
 
 

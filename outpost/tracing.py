@@ -16,6 +16,7 @@ import logging
 import re
 import secrets
 from collections.abc import Mapping, MutableMapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,11 @@ class TraceContext:
     @property
     def traceparent(self) -> str:
         return f"00-{self.trace_id}-{self.span_id}-{self.flags:02x}"
+
+
+# The span of the HTTP request being served in this task (set by the API's request-log
+# middleware when tracing is on): what a gateway passes on to the worker in the AMQP headers.
+current: ContextVar[TraceContext | None] = ContextVar("outpost_trace", default=None)
 
 
 def inject(headers: MutableMapping[str, Any], ctx: TraceContext | None) -> None:

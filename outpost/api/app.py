@@ -26,6 +26,7 @@ from outpost.api.limits import BodyLimitMiddleware
 from outpost.api.metrics import Metrics
 from outpost.api.requestlog import RequestLogMiddleware
 from outpost.api.state import ServerState
+from outpost.tracing import tracer_for
 
 
 def _lifespan(state: ServerState, factory: Callable[[], Any] | None) -> Any:
@@ -71,5 +72,6 @@ def create_app(engine: Any, config: ServerConfig) -> FastAPI:
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "x-api-key"],
         )
-    app.add_middleware(RequestLogMiddleware, state=state, known_paths=known)
+    tracer = tracer_for(config.otlp_endpoint, "outpost")
+    app.add_middleware(RequestLogMiddleware, state=state, known_paths=known, tracer=tracer)
     return app

@@ -65,6 +65,10 @@ class ServerConfig(BaseModel):
     log_prompts: bool = Field(False, description="put prompt and completion text in the request log")
     embedding_model: str | None = Field(None, description="GGUF for /v1/embeddings; default: the served one")
     grace_period: float = Field(30.0, ge=0, description="seconds SIGTERM waits for in-flight requests")
+    otlp_endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP collector URL that receives spans, e.g. http://127.0.0.1:4318; default: off",
+    )
 
     @field_validator("model_path", "embedding_model", "ssl_keyfile", "ssl_certfile")
     @classmethod
