@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from outpost.bench.cli_args import add_bench_parser
+from outpost.cluster.cli_args import add_worker_parser
 from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, add_quantize_parser
 from outpost.models.convert.cli_args import add_convert_parser
 from outpost.models.store import resolve_model_arg
@@ -143,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_pull_parser(sub)
     add_quantize_parser(sub)
     add_convert_parser(sub)
+    add_worker_parser(sub, _cmd_worker)
     return parser
 
 
@@ -216,6 +218,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     options["model_path"] = _resolve_model(args.model or os.environ.get("OUTPOST_MODEL_PATH"), "serve")
     config = build_server_config(options, args.api_key_file, args.chat_template)
     return serve(config)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from outpost.cluster.cli_args import run_worker
+
+    return run_worker(args, resolve_model_arg(args.model))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -78,10 +78,15 @@ def test_deadline_is_wall_clock() -> None:
 
 def test_batch_round_trip_with_timings_and_logprobs() -> None:
     events = [
-        TokenEvent("r1", token_ids=[4, 5], text="ab", logprobs=[
-            TokenLogprob(4, -0.5, ((4, -0.5), (6, -math.inf))),
-            TokenLogprob(5, -math.inf, ()),
-        ]),
+        TokenEvent(
+            "r1",
+            token_ids=[4, 5],
+            text="ab",
+            logprobs=[
+                TokenLogprob(4, -0.5, ((4, -0.5), (6, -math.inf))),
+                TokenLogprob(5, -math.inf, ()),
+            ],
+        ),
         TokenEvent(
             "r1",
             token_ids=[6],
