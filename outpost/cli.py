@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from outpost.bench.cli_args import add_bench_parser
-from outpost.cluster.cli_args import add_worker_parser
+from outpost.cluster.cli_args import add_gateway_parser, add_worker_parser
 from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, add_quantize_parser
 from outpost.models.convert.cli_args import add_convert_parser
 from outpost.models.store import resolve_model_arg
@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_quantize_parser(sub)
     add_convert_parser(sub)
     add_worker_parser(sub, _cmd_worker)
+    add_gateway_parser(sub, _cmd_gateway)
     return parser
 
 
@@ -224,6 +225,12 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     from outpost.cluster.cli_args import run_worker
 
     return run_worker(args, resolve_model_arg(args.model))
+
+
+def _cmd_gateway(args: argparse.Namespace) -> int:
+    from outpost.cluster.cli_args import run_gateway
+
+    return run_gateway(args, [resolve_model_arg(m) for m in args.model])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from cluster_shim import rabbitmq  # noqa: F401  (TEMPORARY: until cluster-infra's fixture is merged)
 from fakehub import fake_hub  # noqa: F401  (the fake Hugging Face Hub fixture, for every test dir)
 
 

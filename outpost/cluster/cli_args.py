@@ -60,3 +60,55 @@ def run_worker(args: argparse.Namespace, model_path: str) -> int:
         return asyncio.run(serve_worker(url, config.served_model_id, RuntimeEngine(engine), args.worker_id))
     finally:
         engine.close()
+
+
+def add_gateway_parser(sub: Any, handler: Any) -> None:
+    p = sub.add_parser("gateway", help="outpost serve's HTTP API in front of workers, over RabbitMQ")
+    _add_broker_flags(p)
+    p.add_argument(
+        "--broker-management-url",
+        help="RabbitMQ management API, for the queue length policy (default http://BROKER-HOST:15672/)",
+    )
+    p.add_argument(
+        "-m", "--model", action="append", required=True, help="model served (repeatable): GGUF or store name"
+    )
+    p.add_argument("-c", "--ctx-size", type=int, help="positions per request (default: the trained context)")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8080)")
+    p.add_argument("--api-key", action="append", dest="api_keys", help="accepted API key (repeatable)")
+    p.add_argument("--api-key-file", help="file with one API key per line")
+    p.add_argument("--max-queue", type=int, default=1024, help="requests waiting per model (default 1024)")
+    p.add_argument("--request-timeout", type=float, help="seconds from arrival to last token (default 600)")
+    p.add_argument("--max-body", type=int, help="request body limit in bytes (default 4 MiB)")
+    p.add_argument("--default-max-tokens", type=int, help="max_tokens when a request gives none (1024)")
+    p.add_argument("--cors-origins", help="comma-separated allowed origins, or * (default: CORS off)")
+    p.add_argument("--log-prompts", action="store_true", default=None, help="log prompt and answer text")
+    p.add_argument("--chat-template", help="jinja chat template file overriding the models'")
+    p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
+    p.add_argument("--ssl-keyfile", help="TLS private key (PEM)")
+    p.add_argument("--ssl-certfile", help="TLS certificate (PEM)")
+    p.set_defaults(handler=handler)
+
+
+_GATEWAY_OPTIONS = (
+    "host port max_queue request_timeout max_body default_max_tokens log_prompts grace_period "
+    "ssl_keyfile ssl_certfile"
+).split()
+
+
+def run_gateway(args: argparse.Namespace, model_paths: list[str]) -> int:
+    from outpost.api.config import build_server_config
+    from outpost.cluster.gateway_main import serve_gateway
+    from outpost.cluster.topology import broker_url
+
+    if not args.broker:
+        raise ValueError("--broker is required (or $OUTPOST_BROKER_URL)")
+    url = broker_url(args.broker, args.broker_password_file)
+    options = {name: getattr(args, name) for name in _GATEWAY_OPTIONS}
+    options["model_path"] = model_paths[0]
+    options["api_keys"] = tuple(args.api_keys) if args.api_keys else None
+    options["cors_origins"] = (
+        tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else None
+    )
+    config = build_server_config(options, args.api_key_file, args.chat_template)
+    return serve_gateway(config, url, model_paths, args.ctx_size, args.broker_management_url)

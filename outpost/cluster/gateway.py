@@ -282,6 +282,7 @@ class GatewayLink:
                 "slots_total": s.heartbeat.slots_total,
                 "slots_busy": s.heartbeat.slots_busy,
                 "draining": s.heartbeat.draining,
+                "requests_done": s.heartbeat.requests_done,
                 "last_seen": round(s.last_seen, 3),
             }
             for s in self.workers.values()
@@ -346,14 +347,15 @@ class RemoteBackend:
     async def abort(self, request_id: str) -> None:
         await self.link.cancel(request_id)
 
-    async def embed(self, texts: list[str]) -> list[list[float]]:
+    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
         raise BackendUnavailable("embeddings are not served through the gateway yet", retry_after=60.0)
 
     def stats(self) -> BackendStats:
-        workers = self.link.live_workers(self.model)
+        workers = self.link.live_workers()
+        mine = [w for w in workers if w["model"] == self.model]
         return BackendStats(
-            slots_total=sum(w["slots_total"] for w in workers),
-            slots_busy=sum(w["slots_busy"] for w in workers),
+            slots_total=sum(w["slots_total"] for w in mine),
+            slots_busy=sum(w["slots_busy"] for w in mine),
             queue_depth=self.link.depths.get(self.model, 0),
             extra={
                 "workers": workers,

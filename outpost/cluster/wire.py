@@ -289,6 +289,7 @@ class Heartbeat:
     slots_total: int
     slots_busy: int
     draining: bool = False
+    requests_done: int = 0  # requests this worker finished (acked) since it started
 
 
 def encode_heartbeat(hb: Heartbeat) -> bytes:
@@ -300,6 +301,7 @@ def encode_heartbeat(hb: Heartbeat) -> bytes:
             "slots_total": hb.slots_total,
             "slots_busy": hb.slots_busy,
             "draining": hb.draining,
+            "requests_done": hb.requests_done,
         }
     )
 
@@ -312,6 +314,7 @@ def decode_heartbeat(d: dict[str, Any]) -> Heartbeat:
             int(d["slots_total"]),
             int(d["slots_busy"]),
             bool(d.get("draining", False)),
+            int(d.get("requests_done", 0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed heartbeat: {exc!r}") from exc

@@ -192,7 +192,12 @@ class Worker:
 
     async def _publish_heartbeat(self) -> None:
         hb = wire.Heartbeat(
-            self.worker_id, self.model, self.engine.slots_total, len(self._tasks), self._draining
+            self.worker_id,
+            self.model,
+            self.engine.slots_total,
+            len(self._tasks),
+            self._draining,
+            self.completed,
         )
         message = aio_pika.Message(wire.encode_heartbeat(hb), expiration=topology.WORKER_TTL_S)
         await self._status.publish(message, routing_key="", mandatory=False, timeout=5)

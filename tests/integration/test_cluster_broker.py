@@ -14,14 +14,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from cluster_fake_engine import CountingEngine
 
 from outpost.cluster import topology
 from outpost.cluster.gateway import GatewayLink, RemoteBackend
 from outpost.cluster.worker import Worker
 from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
-
-from .conftest import Broker
-from .fake_engine import CountingEngine
 
 pytestmark = pytest.mark.cluster
 LIMIT_S = 60.0
@@ -37,13 +35,13 @@ def run(coro: Awaitable[Any]) -> Any:
 
 @contextlib.asynccontextmanager
 async def cluster(
-    broker: Broker, model: str, engines: list[CountingEngine]
+    broker: Any, model: str, engines: list[CountingEngine]
 ) -> AsyncIterator[tuple[RemoteBackend, list[tuple[Worker, asyncio.Event, asyncio.Task[None]]]]]:
-    link = GatewayLink(broker.full_url, [model])
+    link = GatewayLink(broker.url, [model])
     await link.start()
     workers = []
     for engine in engines:
-        worker = Worker(broker.full_url, model, engine)
+        worker = Worker(broker.url, model, engine)
         stop = asyncio.Event()
         workers.append((worker, stop, asyncio.ensure_future(worker.run(stop))))
     backend = RemoteBackend(link, model, codec=None, n_ctx_seq=4096)  # type: ignore[arg-type]
@@ -89,7 +87,8 @@ def tokens(events: list[TokenEvent]) -> list[int]:
     return [t for e in events for t in e.token_ids]
 
 
-def test_streams_spread_over_workers(broker: Broker) -> None:
+def test_streams_spread_over_workers(rabbitmq: Any) -> None:
+    broker = rabbitmq
     engines = [CountingEngine(slots=2, step_s=0.005), CountingEngine(slots=2, step_s=0.005)]
 
     async def main() -> None:
@@ -106,7 +105,8 @@ def test_streams_spread_over_workers(broker: Broker) -> None:
     assert engines[0].started and engines[1].started  # pull balancing used both
 
 
-def test_worker_death_mid_stream_resumes_on_another(broker: Broker) -> None:
+def test_worker_death_mid_stream_resumes_on_another(rabbitmq: Any) -> None:
+    broker = rabbitmq
     slow, other = CountingEngine(slots=1, step_s=0.05), CountingEngine(slots=1, step_s=0.005)
 
     async def main() -> None:
@@ -120,7 +120,7 @@ def test_worker_death_mid_stream_resumes_on_another(broker: Broker) -> None:
             with contextlib.suppress(BaseException):
                 await workers[0][2]
             stop = asyncio.Event()
-            rescuer = asyncio.ensure_future(Worker(broker.full_url, backend.model, other).run(stop))
+            rescuer = asyncio.ensure_future(Worker(broker.url, backend.model, other).run(stop))
             try:
                 events = await task
             finally:
@@ -134,7 +134,8 @@ def test_worker_death_mid_stream_resumes_on_another(broker: Broker) -> None:
     assert other.started
 
 
-def test_cancel_reaches_the_worker(broker: Broker) -> None:
+def test_cancel_reaches_the_worker(rabbitmq: Any) -> None:
+    broker = rabbitmq
     engine = CountingEngine(slots=1, step_s=0.05)
 
     async def main() -> None:
@@ -149,7 +150,9 @@ def test_cancel_reaches_the_worker(broker: Broker) -> None:
     run(main())
 
 
-def test_expired_in_queue_is_a_timeout(broker: Broker) -> None:
+def test_expired_in_queue_is_a_timeout(rabbitmq: Any) -> None:
+    broker = rabbitmq
+
     async def main() -> None:
         async with cluster(broker, _model(), []) as (backend, _):
             stream = await backend.submit(request(deadline_s=0.3))
@@ -159,11 +162,12 @@ def test_expired_in_queue_is_a_timeout(broker: Broker) -> None:
     run(main())
 
 
-def test_queue_full_is_rejected(broker: Broker) -> None:
+def test_queue_full_is_rejected(rabbitmq: Any) -> None:
+    broker = rabbitmq
     model = _model()
 
     async def main() -> None:
-        applied = await topology.apply_length_policy(broker.full_url, broker.management_url, [model], 2)
+        applied = await topology.apply_length_policy(broker.url, broker.mgmt_url, [model], 2)
         assert applied
         async with cluster(broker, model, []) as (backend, _):
             await backend.submit(request())
