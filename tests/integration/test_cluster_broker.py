@@ -188,3 +188,37 @@ def test_no_broker_is_unavailable_at_once() -> None:
             await link.submit("m", request())
 
     run(main())
+
+
+def test_poison_request_fails_once_after_the_delivery_limit(rabbitmq: Any) -> None:
+    """A request whose worker dies every time ends with one error, not endless redeliveries."""
+    broker = rabbitmq
+    engine = CountingEngine(slots=1, step_s=0.05)
+
+    async def main() -> None:
+        async with cluster(broker, _model(), []) as (backend, _):
+            stream = await backend.submit(request(max_tokens=1000))
+            collected = asyncio.ensure_future(collect(stream))
+            kills = 0
+            while not collected.done() and kills < 10:
+                started = len(engine.started)
+                stop = asyncio.Event()
+                task = asyncio.ensure_future(Worker(broker.url, backend.model, engine).run(stop))
+                await asyncio.wait(
+                    {
+                        collected,
+                        asyncio.ensure_future(until(lambda n=started: len(engine.started) > n, "run")),
+                    },
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                task.cancel()  # the worker dies with the request unacked
+                with contextlib.suppress(BaseException):
+                    await task
+                kills += 1
+            events = await asyncio.wait_for(collected, 30)
+            finals = [e for e in events if e.finished]
+            assert len(finals) == 1 and finals[0].finish_reason is FinishReason.ERROR
+            assert "poison" in (finals[0].error or "")
+            assert kills <= topology.DELIVERY_LIMIT + 2
+
+    run(main())
