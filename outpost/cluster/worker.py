@@ -303,9 +303,13 @@ class Worker:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[TokenEvent] = asyncio.Queue()
         self._running[rid] = events
+
+        def sink(event: TokenEvent) -> None:  # on the engine thread
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
         try:
             try:
-                self.engine.submit(request, lambda e: loop.call_soon_threadsafe(events.put_nowait, e))
+                self.engine.submit(request, sink)
             except (QueueFull, RequestRejected, RuntimeError) as exc:
                 events.put_nowait(TokenEvent(rid, finish_reason=FinishReason.ERROR, error=str(exc)))
             gateway_gone = False
