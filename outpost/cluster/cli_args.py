@@ -45,9 +45,9 @@ _WORKER_OPTIONS = (
 
 def run_worker(args: argparse.Namespace, model_path: str) -> int:
     from outpost.api.config import build_server_config
-    from outpost.api.server import build_engine
     from outpost.cluster.topology import broker_url
     from outpost.cluster.worker import RuntimeEngine, serve_worker
+    from outpost.runtime import Engine
 
     if not args.broker:
         raise ValueError("--broker is required (or $OUTPOST_BROKER_URL)")
@@ -55,7 +55,13 @@ def run_worker(args: argparse.Namespace, model_path: str) -> int:
     options = {name: getattr(args, name) for name in _WORKER_OPTIONS}
     options["model_path"] = model_path
     config = build_server_config(options, None, args.chat_template)
-    engine = build_engine(config)
+    # The engine's own queue never fills: the consumer holds at most `parallel` requests.
+    engine = Engine(
+        config.engine_config(),
+        max_queue=config.parallel,
+        prefix_cache=config.prefix_cache,
+        idle_cache_cells=config.cache_idle_cells,
+    )
     try:
         return asyncio.run(serve_worker(url, config.served_model_id, RuntimeEngine(engine), args.worker_id))
     finally:
