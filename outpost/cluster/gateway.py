@@ -92,7 +92,10 @@ class GatewayLink:
         self._side: AbstractChannel = await conn.channel()
         replies = await self._side.declare_queue(self.reply_name, exclusive=True, auto_delete=True)
         await replies.consume(self._on_reply, no_ack=True)
-        status_q = await self._side.declare_queue(exclusive=True, auto_delete=True)
+        # Named, not server-named: a robust reconnect re-declares it by name ("amq.gen-*" is refused).
+        status_q = await self._side.declare_queue(
+            f"outpost.status.{self.gateway_id}", exclusive=True, auto_delete=True
+        )
         await status_q.bind(status)
         await status_q.consume(self._on_status, no_ack=True)
         dead_ch = await conn.channel()

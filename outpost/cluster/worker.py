@@ -153,7 +153,10 @@ class Worker:
         await self._consume_ch.set_qos(prefetch_count=self.engine.slots_total)
         self._queue: AbstractQueue = await topology.declare_request_queue(self._consume_ch, self.model)
         side = await conn.channel()
-        control_q = await side.declare_queue(exclusive=True, auto_delete=True)
+        # Named, not server-named: a robust reconnect re-declares it by name ("amq.gen-*" is refused).
+        control_q = await side.declare_queue(
+            f"outpost.control.{self.worker_id}", exclusive=True, auto_delete=True
+        )
         await control_q.bind(self._control)
         await control_q.consume(self._on_control, no_ack=True)
         self._private = topology.reply_queue(f"worker.{self.worker_id}")

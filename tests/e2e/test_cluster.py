@@ -11,6 +11,7 @@ import concurrent.futures
 import shutil
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,25 @@ def test_queue_full_429_and_expired_504(
                 assert_openai_error(f.result(timeout=60), 504)
     finally:
         gateway.stop()
+
+
+def test_broker_restart_recovers(rabbitmq: Any, fleet: tuple[Gateway, list[Proc]]) -> None:
+    """Last in this module: while the broker is down new requests get 503 at once; then all recovers."""
+    gateway, _ = fleet
+    rabbitmq.stop()
+    try:
+        gateway.wait_until(lambda h: h.get("broker") == "unreachable", "the broker seen down", 60)
+        t0 = time.monotonic()
+        r = httpx.post(
+            f"{gateway.url}/v1/completions",
+            json={"model": gateway_model(gateway), "prompt": "x", "max_tokens": 2},
+            timeout=30,
+        )
+        assert time.monotonic() - t0 < 10  # at once, not a hang
+        assert_openai_error(r, 503)
+        assert r.headers["retry-after"].isdigit()
+    finally:
+        rabbitmq.start()
+    gateway.wait_until(lambda h: h.get("broker") == "connected" and len(live(h)) == 2, "reconnected", 180)
+    result = _complete(gateway, 8)
+    assert result.usage.completion_tokens == 8
