@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 PROMPT ?= Hello! What can you do?
 SERVE_ARGS ?=
 
-.PHONY: install serve run test lint typecheck unit integration e2e clean
+.PHONY: install system-deps serve run test lint typecheck unit integration e2e clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Debian packages the e2e tests run for real: RabbitMQ (scripts/broker.sh, the cluster tests).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system-deps:
+	test -x /usr/lib/rabbitmq/bin/rabbitmq-server || ($(SUDO) apt-get update && $(SUDO) apt-get install -y rabbitmq-server)
 
 serve: install
 	$(BIN)/outpost serve $(SERVE_ARGS)
@@ -32,7 +37,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: lint typecheck
+test: lint typecheck system-deps
 	$(BIN)/pytest tests
 
 clean:
