@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from outpost.bench.cli_args import add_bench_parser
+from outpost.cluster.cli_args import add_gateway_parser, add_worker_parser
 from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, add_quantize_parser
 from outpost.models.convert.cli_args import add_convert_parser
 from outpost.models.store import resolve_model_arg
@@ -144,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_pull_parser(sub)
     add_quantize_parser(sub)
     add_convert_parser(sub)
+    add_worker_parser(sub, _cmd_worker)
+    add_gateway_parser(sub, _cmd_gateway)
     return parser
 
 
@@ -217,6 +220,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     options["model_path"] = _resolve_model(args.model or os.environ.get("OUTPOST_MODEL_PATH"), "serve")
     config = build_server_config(options, args.api_key_file, args.chat_template)
     return serve(config)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from outpost.cluster.cli_args import run_worker
+
+    return run_worker(args, resolve_model_arg(args.model))
+
+
+def _cmd_gateway(args: argparse.Namespace) -> int:
+    from outpost.cluster.cli_args import run_gateway
+
+    return run_gateway(args, [resolve_model_arg(m) for m in args.model])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import threading
 import time
@@ -29,6 +30,8 @@ _log = logging.getLogger(__name__)
 
 EventSink = Callable[[TokenEvent], None]
 T = TypeVar("T")
+# Tests only: sleep this long after each step, so streams outlast a test's actions on any machine.
+_DEBUG_STEP_DELAY_S = float(os.environ.get("OUTPOST_DEBUG_STEP_DELAY_MS") or 0) / 1000.0
 
 
 class Runner(Protocol):
@@ -156,6 +159,8 @@ class EngineCore:
         for sink, event in sinks:
             if sink is not None:
                 sink(event)
+        if _DEBUG_STEP_DELAY_S:
+            time.sleep(_DEBUG_STEP_DELAY_S)
         return True
 
     def _execute(self, out: SchedulerOutput) -> RunnerOutput:
