@@ -127,7 +127,16 @@ class Span:
 class Tracer:
     """Spans of one process (`service` names it) exported in batches to an OTLP/HTTP collector."""
 
-    def __init__(self, endpoint: str, service: str, export_delay_ms: int = 1000) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        service: str,
+        export_delay_ms: int = 1000,
+        request_span: str = "http receive",
+        engine_phases: bool = True,
+    ) -> None:
+        """`request_span` names each HTTP request's span; `engine_phases=False` leaves the queue
+        wait / prefill / decode spans to another process (a gateway's workers record their own)."""
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -140,6 +149,8 @@ class Tracer:
         self._provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=export_delay_ms))
         self._tracer = self._provider.get_tracer("outpost")
         self.endpoint = endpoint
+        self.request_span = request_span
+        self.engine_phases = engine_phases
 
     def begin(self, name: str, parent: TraceContext | None, start_ns: int, kind: str = "internal") -> Span:
         """Start a span at `start_ns` (time.time_ns()) under `parent` (None: a new trace)."""

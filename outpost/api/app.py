@@ -26,7 +26,7 @@ from outpost.api.limits import BodyLimitMiddleware
 from outpost.api.metrics import Metrics
 from outpost.api.requestlog import RequestLogMiddleware
 from outpost.api.state import ServerState
-from outpost.tracing import tracer_for
+from outpost.tracing import Tracer, tracer_for
 
 
 def _lifespan(state: ServerState, factory: Callable[[], Any] | None) -> Any:
@@ -43,8 +43,10 @@ def _lifespan(state: ServerState, factory: Callable[[], Any] | None) -> Any:
     return lifespan
 
 
-def create_app(engine: Any, config: ServerConfig) -> FastAPI:
-    """An app serving `engine` (an `outpost.runtime.Engine`), or what `engine()` loads if it is callable."""
+def create_app(engine: Any, config: ServerConfig, tracer: Tracer | None = None) -> FastAPI:
+    """An app serving `engine` (an `outpost.runtime.Engine`), or what `engine()` loads if it is callable.
+
+    Spans go to `tracer`, else to --otlp-endpoint's collector when one is configured."""
     metrics = Metrics()
     state = ServerState(config, metrics)
     factory: Callable[[], Any] | None = engine if callable(engine) else None
@@ -72,6 +74,6 @@ def create_app(engine: Any, config: ServerConfig) -> FastAPI:
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "x-api-key"],
         )
-    tracer = tracer_for(config.otlp_endpoint, "outpost")
+    tracer = tracer or tracer_for(config.otlp_endpoint, "outpost")
     app.add_middleware(RequestLogMiddleware, state=state, known_paths=known, tracer=tracer)
     return app

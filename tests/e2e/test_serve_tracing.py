@@ -63,3 +63,41 @@ def test_serve_exports_a_trace_per_request(tiny_model: Path, otlp_collector: Col
     assert roots[0].parent_id == ""  # a new trace starts here
     check_request_trace(by_trace(spans, roots[0].trace_id), new_id, new_tokens)
     assert len(spans) == 8, spans  # /health polls and the rest make no spans
+
+
+def test_a_gateway_tracer_names_its_span_and_exposes_it_to_the_handler(
+    tiny_model: Path, otlp_collector: Collector
+) -> None:
+    """What a gateway builds on: its own request span name, no engine phases of its own (its workers
+    record them), and `tracing.current` holding the request's span while the request is served."""
+    from fastapi.testclient import TestClient
+
+    from outpost.api.app import create_app
+    from outpost.api.config import ServerConfig
+    from outpost.tracing import Tracer, current
+
+    tracer = Tracer(
+        otlp_collector.http_endpoint, "outpost-gateway", request_span="gateway receive", engine_phases=False
+    )
+    app = create_app(None, ServerConfig(model_path=str(tiny_model)), tracer=tracer)
+
+    async def probe() -> dict[str, str | None]:
+        ctx = current.get()
+        return {"traceparent": ctx.traceparent if ctx else None}
+
+    app.add_api_route("/trace-probe", probe)
+    client_ctx = TraceContext.new()
+    with TestClient(app) as http:
+        seen = http.get("/trace-probe", headers={"traceparent": client_ctx.traceparent}).json()
+        untraced = http.get("/health").status_code  # probes make no spans
+    assert untraced == 200
+    assert current.get() is None
+    tracer.flush()
+    spans = otlp_collector.wait_spans(lambda got: len(got) >= 1, timeout=60)
+    assert [(s.name, s.service, s.trace_id, s.parent_id) for s in spans] == [
+        ("gateway receive", "outpost-gateway", client_ctx.trace_id, client_ctx.span_id)
+    ]
+    handed_on = TraceContext.parse(seen["traceparent"])
+    assert handed_on is not None and handed_on.trace_id == client_ctx.trace_id
+    assert handed_on.span_id == spans[0].span_id  # the handler saw the request's own span
+    tracer.shutdown()
