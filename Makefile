@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 PROMPT ?= Hello! What can you do?
 SERVE_ARGS ?=
 
-.PHONY: install serve run test lint typecheck unit integration e2e clean browser deploy-deps image test-deploy
+.PHONY: install system-deps serve run test lint typecheck unit integration e2e clean browser deploy-deps image test-deploy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ install: $(STAMP)
 
 # A real small instruct model where the hub answers (pulled once into the store), else the demo model.
 FIRST_MODEL ?= smollm2:135m
+
+# Debian packages the e2e tests run for real: RabbitMQ (scripts/broker.sh, the cluster tests).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system-deps:
+	test -x /usr/lib/rabbitmq/bin/rabbitmq-server || ($(SUDO) apt-get update && $(SUDO) apt-get install -y rabbitmq-server)
 
 serve: install
 	$(BIN)/python -m outpost.first_run $(FIRST_MODEL) -- $(SERVE_ARGS)
@@ -41,7 +46,7 @@ browser:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -q && apt-get install -y -q chromium; } \
 		|| echo "chromium is missing: run 'sudo apt-get install -y chromium' for the browser tests" >&2
 
-test: lint typecheck browser
+test: lint typecheck system-deps browser
 	$(BIN)/pytest tests
 
 # Debian packages the image build and the deploy tier need (root; once per machine).

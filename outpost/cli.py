@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from outpost.bench.cli_args import add_bench_parser
+from outpost.cluster.cli_args import add_gateway_parser, add_worker_parser
 from outpost.envflags import use_environment
 from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, add_quantize_parser
 from outpost.models.convert.cli_args import add_convert_parser
@@ -136,6 +137,7 @@ def _add_serve_parser(sub: Any) -> None:
         "--no-webui", action="store_false", dest="webui", default=None, help="no chat page at / (404)"
     )
     p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
+    p.add_argument("--otlp-endpoint", help="export OpenTelemetry spans to this OTLP/HTTP collector URL")
     p.add_argument(
         "--sse-keepalive",
         type=float,
@@ -164,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_pull_parser(sub)
     add_quantize_parser(sub)
     add_convert_parser(sub)
+    add_worker_parser(sub, _cmd_worker)
+    add_gateway_parser(sub, _cmd_gateway)
     return parser
 
 
@@ -221,7 +225,7 @@ _SERVE_OPTIONS = (
     "model_id parallel ctx_size threads n_gpu_layers split_mode batch_size ubatch_size host port max_queue "
     "request_timeout max_body default_max_tokens embedding_model ssl_keyfile ssl_certfile log_prompts "
     "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified reasoning_format sse_keepalive"
-    " prefill_budget webui"
+    " prefill_budget webui otlp_endpoint"
 ).split()
 
 
@@ -238,6 +242,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     options["model_path"] = _resolve_model(args.model or sagemaker_model(), "serve")
     config = build_server_config(options, args.api_key_file, args.chat_template)
     return serve(config)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from outpost.cluster.cli_args import run_worker
+
+    return run_worker(args, resolve_model_arg(args.model))
+
+
+def _cmd_gateway(args: argparse.Namespace) -> int:
+    from outpost.cluster.cli_args import run_gateway
+
+    return run_gateway(args, [resolve_model_arg(m) for m in args.model])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

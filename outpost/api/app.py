@@ -28,6 +28,7 @@ from outpost.api.limits import BodyLimitMiddleware
 from outpost.api.metrics import Metrics
 from outpost.api.requestlog import RequestLogMiddleware
 from outpost.api.state import BackendFactory, Backends, ServerState
+from outpost.tracing import Tracer, tracer_for
 
 
 def _lifespan(state: ServerState, factory: BackendFactory | None) -> Any:
@@ -44,8 +45,12 @@ def _lifespan(state: ServerState, factory: BackendFactory | None) -> Any:
     return lifespan
 
 
-def create_app(backends: Backends | BackendFactory, config: ServerConfig) -> FastAPI:
-    """An app serving `backends` (model id -> InferenceBackend), or what `backends()` loads."""
+def create_app(
+    backends: Backends | BackendFactory, config: ServerConfig, tracer: Tracer | None = None
+) -> FastAPI:
+    """An app serving `backends` (model id -> InferenceBackend), or what `backends()` loads.
+
+    Spans go to `tracer`, else to --otlp-endpoint's collector when one is configured."""
     metrics = Metrics()
     state = ServerState(config, metrics)
     factory: BackendFactory | None = backends if callable(backends) else None
@@ -77,5 +82,6 @@ def create_app(backends: Backends | BackendFactory, config: ServerConfig) -> Fas
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "x-api-key"],
         )
-    app.add_middleware(RequestLogMiddleware, state=state, known_paths=known)
+    tracer = tracer or tracer_for(config.otlp_endpoint, "outpost")
+    app.add_middleware(RequestLogMiddleware, state=state, known_paths=known, tracer=tracer)
     return app

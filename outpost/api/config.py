@@ -75,6 +75,10 @@ class ServerConfig(BaseModel):
     sse_keepalive: float = Field(
         15.0, ge=0, description="seconds without an event before a stream gets an SSE comment; 0: never"
     )
+    otlp_endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP collector URL that receives spans, e.g. http://127.0.0.1:4318; default: off",
+    )
 
     @field_validator("model_path", "embedding_model", "ssl_keyfile", "ssl_certfile")
     @classmethod
