@@ -38,6 +38,7 @@ def _set_budget(engine: Engine, budget: int | None) -> None:
 
 async def _measure(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:
     stop = asyncio.Event()
+    started_streams: set[int] = set()
     gaps: list[float] = []
     decoded = 0
     ttfts: list[float] = []
@@ -54,6 +55,7 @@ async def _measure(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:
                 decoded += n
             if n:
                 last = now
+                started_streams.add(i)
             if stop.is_set():
                 break
 
@@ -69,7 +71,8 @@ async def _measure(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:
                     ttfts.append(time.perf_counter() - started)
 
     streams = [asyncio.ensure_future(stream(i)) for i in range(args.streams)]
-    await asyncio.sleep(2.0)  # the streams are generating before the first long prompt arrives
+    while len(started_streams) < args.streams:  # all generate before the first long prompt arrives
+        await asyncio.sleep(0.05)
     gaps.clear()
     decoded = 0
     started = time.perf_counter()
@@ -78,7 +81,7 @@ async def _measure(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:
     stop.set()
     elapsed = time.perf_counter() - started
     await asyncio.gather(*streams, prompts)
-    g = np.array(gaps)
+    g = np.array(gaps or [float("nan")])
     return {
         "itl_p50_ms": round(float(np.percentile(g, 50)) * 1000, 1),
         "itl_p99_ms": round(float(np.percentile(g, 99)) * 1000, 1),
