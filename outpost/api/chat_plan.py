@@ -75,6 +75,7 @@ def _template_kwargs(body: ChatCompletionRequest) -> dict[str, Any]:
 def prepare(
     body: ChatCompletionRequest, render: Render, template: str | None, reasoning_default: str = "auto"
 ) -> ChatPlan:
+    """The prompt, grammar and answer reading for `body`; bad tool input is an ApiError (400)."""
     extra = _template_kwargs(body)
     messages = _dicts(body.messages)
     fmt = formats.detect(template)
@@ -91,6 +92,8 @@ def prepare(
         grammar = tools.call_grammar(fmt, specs, choice, parallel) if specs else None
     except tools.ToolError as exc:
         raise bad_request(str(exc), param=exc.param) from exc
+    except ValueError as exc:  # the tools' schemas together make no usable grammar
+        raise bad_request(f"cannot enforce these tools: {exc}", param="tools") from exc
     reads_calls = bool(specs) and choice != "none"
     if reads_calls:
         messages = tools.with_tools(fmt, messages, specs)
