@@ -22,6 +22,8 @@ from outpost.api.app import create_app
 from outpost.api.config import ServerConfig
 from outpost.api.requestlog import access_log
 from outpost.api.state import ServerState
+from outpost.sizing import Plan
+from outpost.sizing.plan import human_bytes, plural
 
 _log = logging.getLogger("outpost.api")
 
@@ -53,10 +55,13 @@ def configure_logging() -> None:
 class DrainingServer(uvicorn.Server):
     """uvicorn.Server whose first exit signal drains in-flight requests instead of closing at once."""
 
-    def __init__(self, config: uvicorn.Config, state: ServerState, url: str) -> None:
+    def __init__(
+        self, config: uvicorn.Config, state: ServerState, url: str, plan: Plan | None = None
+    ) -> None:
         super().__init__(config)
         self.state = state
         self.url = url
+        self.plan = plan
         self.exit_code = 0
         self._signalled_at: float | None = None
         self._announced = False
@@ -73,11 +78,7 @@ class DrainingServer(uvicorn.Server):
             self._announced = True
             if state.status == "ok":
                 _log.info(
-                    "ready: serving %s on %s (%d slots%s)",
-                    state.model_id,
-                    self.url,
-                    state.config.parallel,
-                    _engine_summary(state.engine),
+                    "ready: %s; serving %s on %s", ready_summary(state, self.plan), state.model_id, self.url
                 )
         if state.status == "failed" and not self.should_exit:
             self.exit_code = 1
@@ -93,9 +94,32 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
+def sized_config(config: ServerConfig) -> tuple[ServerConfig, Plan]:
+    """`config` with its "auto" slots, KV cells and threads decided from the machine and the model
+    (outpost/sizing); NotEnoughMemory (a ValueError: exit 2) when explicit ones cannot fit."""
+    from outpost.sizing import Asked, size_for_model
+
+    def given(value: object) -> int | None:
+        return value if isinstance(value, int) else None
+
+    asked = Asked(
+        parallel=given(config.parallel),
+        ctx_size=given(config.ctx_size),
+        threads=given(config.threads),
+        n_ubatch=config.ubatch_size,
+        n_batch=config.batch_size,
+        flash_attn=config.flash_attn,
+        check_memory=config.n_gpu_layers == 0,
+    )
+    plan = size_for_model(config.model_path, asked)
+    update = {"parallel": plan.slots, "ctx_size": plan.n_ctx, "threads": plan.threads}
+    return config.model_copy(update=update), plan
+
+
 def serve(config: ServerConfig, engine_factory: Callable[[], Any] | None = None) -> int:
     """Serve until stopped; returns the process exit code."""
     config.engine_config()  # a bad model file is a usage error, before anything starts
+    config, plan = sized_config(config)
     configure_logging()
     app = create_app(engine_factory or partial(build_engine, config), config)
     uv_config = uvicorn.Config(
@@ -113,19 +137,27 @@ def serve(config: ServerConfig, engine_factory: Callable[[], Any] | None = None)
     scheme = "https" if config.tls else "http"
     url = f"{scheme}://{config.host}:{config.port}"
     _log.info("loading %s; listening on %s", config.model_path, url)
-    server = DrainingServer(uv_config, app.state.server, url)
+    server = DrainingServer(uv_config, app.state.server, url, plan)
     server.run()
     return server.exit_code
 
 
-def _engine_summary(engine: Any) -> str:
-    """What decides speed, for the ready line: positions per request, weight layout, KV sharing."""
+def ready_summary(state: ServerState, plan: Plan | None) -> str:
+    """The ready line's sizing and speed facts: `8 slots x 8192 positions, 1.4 GiB KV (65536
+    cells, one pool), 2 threads, repacked weights: <where the numbers came from>`."""
+    engine: Any = state.engine
     model: Any = getattr(engine, "model", None)
     config = getattr(model, "config", None)
     if config is None:  # a test's stand-in engine
-        return ""
-    kv = "one KV pool" if model.kv_unified else "a KV stream per slot"
-    return f", {engine.n_ctx_seq} positions per request, {config.weight_layout} weights, {kv}"
+        return f"{state.config.parallel} slots"
+    cells = model.n_ctx if model.kv_unified else model.n_ctx_seq * config.n_seq_max
+    kv = f"{cells} cells, one pool" if model.kv_unified else f"{cells} cells, a stream per slot"
+    kv_gib = f"{human_bytes(plan.kv_bytes)} KV ({kv})" if plan else f"KV {kv}"
+    return (
+        f"{plural(config.n_seq_max, 'slot')} x {engine.n_ctx_seq} positions, {kv_gib}, "
+        f"{plural(config.n_threads, 'thread')}, {config.weight_layout} weights"
+        + (f": {plan.why()}" if plan else "")
+    )
 
 
-__all__ = ["DrainingServer", "build_engine", "serve"]
+__all__ = ["DrainingServer", "build_engine", "ready_summary", "serve", "sized_config"]

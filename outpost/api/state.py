@@ -83,7 +83,8 @@ class ServerState:
         from outpost.engine.embedding import Embedder
 
         path = self.config.embedding_model or self.config.model_path
-        return Embedder(path, n_threads=self.config.threads)
+        threads = self.config.threads
+        return Embedder(path, n_threads=threads if isinstance(threads, int) else None)
 
     async def embed(self, texts: list[str]) -> Any:
         embedder = await self.embedder()
