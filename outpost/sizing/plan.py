@@ -73,10 +73,10 @@ class Plan:
     def why(self) -> str:
         """Where the numbers came from, for the ready line."""
         picked = ", ".join(self.auto) if self.auto else "nothing"
+        cores = plural(self.cores.count, "usable core")
         return (
             f"{human_bytes(self.memory.available)} available ({self.memory.source}), model "
-            f"{human_bytes(self.model_bytes)}, {plural(self.cores.count, 'usable core')} ({self.cores.source}); "
-            f"auto: {picked}"
+            f"{human_bytes(self.model_bytes)}, {cores} ({self.cores.source}); auto: {picked}"
         )
 
 
@@ -163,10 +163,11 @@ def _check_fits(model: ModelFootprint, asked: Asked, memory: Memory, slots: int,
     need_kv = kv_bytes(model, asked, n_ctx, slots)
     need = need_kv + reserved_bytes(model, asked, memory, n_ctx)
     if asked.check_memory and need > memory.available:
+        cell = model.kv_bytes_per_cell(asked.kv_type)
         raise NotEnoughMemory(
-            f"-c {n_ctx} with -np {slots} needs about {human_bytes(need)} ({human_bytes(need_kv)} KV cache at "
-            f"{model.kv_bytes_per_cell(asked.kv_type)} bytes per cell, model {human_bytes(model.file_bytes)}, "
-            f"buffers and margin) but {human_bytes(memory.available)} is available ({memory.source}): "
+            f"-c {n_ctx} with -np {slots} needs about {human_bytes(need)} ({human_bytes(need_kv)} KV "
+            f"cache at {cell} bytes per cell, model {human_bytes(model.file_bytes)}, buffers and "
+            f"margin) but {human_bytes(memory.available)} is available ({memory.source}): "
             "lower -c or -np, or leave them to auto"
         )
 
