@@ -161,8 +161,11 @@ def read_memory(files: MachineFiles | None = None) -> Memory:
     host = host_mem_available(files)
     cgroup = cgroup_memory(files)
     found = [m for m in (Memory(host, "host MemAvailable") if host is not None else None, cgroup) if m]
-    if not found:
-        raise ValueError("cannot tell how much memory is available (no /proc/meminfo, no cgroup limit)")
+    if not found:  # not Linux: all of physical memory is the best guess left
+        try:
+            found = [Memory(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "physical memory")]
+        except (ValueError, OSError, AttributeError):
+            raise ValueError("cannot tell how much memory is available (no /proc/meminfo)") from None
     return min(found, key=lambda m: m.available)
 
 

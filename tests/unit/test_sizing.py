@@ -115,6 +115,12 @@ def test_cgroup_over_its_limit_reads_zero(tmp_path: Path) -> None:
     assert read_memory(files).available == 0
 
 
+def test_no_meminfo_and_no_cgroup_falls_back_to_physical_memory(tmp_path: Path) -> None:
+    files = MachineFiles(proc=tmp_path / "none", cgroup_root=tmp_path / "none", affinity=lambda: 1)
+    memory = read_memory(files)
+    assert memory.source == "physical memory" and memory.available > 0
+
+
 def test_this_machine_reads_something() -> None:
     memory, cores = read_memory(), read_cores()
     assert memory.available > 0 and cores.count >= 1
@@ -293,7 +299,7 @@ def test_int_or_auto() -> None:
         int_or_auto("eight")
 
 
-def test_serve_flags_accept_auto_and_numbers(tmp_path: Path) -> None:
+def test_serve_flags_accept_auto_and_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from outpost.api.config import build_server_config
     from outpost.cli import build_parser
 
@@ -305,5 +311,9 @@ def test_serve_flags_accept_auto_and_numbers(tmp_path: Path) -> None:
     assert (defaults.parallel, defaults.ctx_size, defaults.threads) == ("auto", "auto", "auto")
     given = build_server_config({"model_path": str(model), "parallel": "3", "threads": 2})
     assert (given.parallel, given.threads) == (3, 2)
+    monkeypatch.setenv("OUTPOST_CTX_SIZE", "auto")
+    monkeypatch.setenv("OUTPOST_PARALLEL", "6")
+    from_env = build_server_config({"model_path": str(model)})
+    assert (from_env.parallel, from_env.ctx_size) == (6, "auto")
     with pytest.raises(ValueError):
         build_server_config({"model_path": str(model), "parallel": 0})
