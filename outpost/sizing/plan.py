@@ -150,11 +150,12 @@ def _auto_context(
         slots -= 1
         positions = _fitting_positions(model, asked, memory, slots, limit)
     if positions == 0:
-        need = reserved_bytes(model, asked, memory, CELL_ALIGN) + 2 * kv_bytes(model, asked, CELL_ALIGN, 1)
+        n_ctx = slots * CELL_ALIGN
+        need = reserved_bytes(model, asked, memory, n_ctx) + 2 * kv_bytes(model, asked, n_ctx, slots)
         raise NotEnoughMemory(
-            f"not enough memory for this model: it, its buffers and a {CELL_ALIGN}-position KV cache "
-            f"need about {human_bytes(need)} with headroom, {human_bytes(memory.available)} is available "
-            f"({memory.source})"
+            f"not enough memory for {plural(slots, 'slot')} of {CELL_ALIGN} positions: the model, its "
+            f"buffers and that KV cache need about {human_bytes(need)} with headroom, "
+            f"{human_bytes(memory.available)} is available ({memory.source})"
         )
     return slots, positions
 

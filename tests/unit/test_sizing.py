@@ -195,6 +195,31 @@ def test_footprint_from_a_gguf_header(tmp_path: Path) -> None:
     assert fp.kv_bytes_per_cell("f32") == 2 * 23040
 
 
+def test_footprint_with_per_layer_kv_heads_and_explicit_head_sizes(tmp_path: Path) -> None:
+    """OpenELM-style per-layer KV heads; key/value lengths given apart from n_embd / n_head."""
+    from gguf import GGUFWriter
+
+    path = tmp_path / "m.gguf"
+    writer = GGUFWriter(str(path), "openelm")
+    writer.add_block_count(3)
+    writer.add_embedding_length(1280)
+    writer.add_head_count([12, 16, 20])
+    writer.add_head_count_kv([3, 4, 5])
+    writer.add_key_length(128)
+    writer.add_value_length(96)
+    writer.add_string("tokenizer.chat_template", "{{ x }}")
+    writer.add_array("tokenizer.ggml.scores", [0.5] * 5000)
+    writer.add_token_list(["a", "bb", "ccc"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    fp = read_footprint(path)
+    assert (fp.kv_heads_total, fp.n_head, fp.key_length, fp.value_length) == (12, 20, 128, 96)
+    assert (fp.n_vocab, fp.n_ctx_train) == (3, 0)
+    assert fp.kv_bytes_per_cell() == 12 * (128 + 96) * 2
+
+
 def test_footprint_of_a_non_gguf_is_a_value_error(tmp_path: Path) -> None:
     bad = tmp_path / "x.gguf"
     bad.write_bytes(b"GGUF")
@@ -249,8 +274,10 @@ def test_little_memory_gives_fewer_positions_then_fewer_slots() -> None:
     for p, memory in ((roomy, 1.6 * GiB), (tight, 1.2 * GiB)):
         # auto never takes more than half the room beside the weights, buffers and margin.
         assert p.kv_bytes <= (memory - p.reserved_bytes) / 2
-    with pytest.raises(NotEnoughMemory, match=r"not enough memory .* 512 MiB is available"):
+    with pytest.raises(NotEnoughMemory, match=r"not enough memory for 1 slot of 256 .* 512 MiB is available"):
         plan(SMOL, Memory(GiB // 2, "cgroup v2 memory.max"), cores, Asked())
+    with pytest.raises(NotEnoughMemory, match=r"not enough memory for 64 slots of 256 positions"):
+        plan(SMOL, Memory(int(1.2 * GiB), "cgroup v2 memory.max"), cores, Asked(parallel=64))
 
 
 def test_explicit_values_win() -> None:
