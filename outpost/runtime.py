@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from outpost.core import EngineClient, EngineCore
-from outpost.engine.chat_template import ChatTemplateError
+from outpost.engine.codec import LlamaCodec
 from outpost.engine.config import EngineConfig
 from outpost.engine.model import LoadedModel
 from outpost.engine.runner import ModelRunner
@@ -26,6 +26,7 @@ class Engine:
         max_queue: int = 64,
         prefix_cache: bool = True,
         idle_cache_cells: int = 0,
+        prefill_budget: int | None = None,
     ) -> None:
         def build() -> tuple[Scheduler, ModelRunner]:
             self.model = LoadedModel(config)
@@ -41,6 +42,7 @@ class Engine:
                     shared_kv=model.kv_unified,
                     max_queue=max_queue,
                     step_token_budget=model.n_batch,
+                    prefill_budget=prefill_budget,
                     prefix_cache=prefix_cache,
                     idle_cache_cells=idle_cache_cells,
                 )
@@ -57,20 +59,18 @@ class Engine:
     def vocab(self) -> Any:
         return self.model.vocab
 
+    @property
+    def codec(self) -> LlamaCodec:
+        return self.model.codec
+
     def tokenize_prompt(self, text: str, add_special: bool = True) -> list[int]:
         """Tokenize a prompt, adding BOS only where the model wants it and the text lacks it."""
-        vocab = self.model.vocab
-        bos_text = vocab.bos_text
-        add = add_special and not (bos_text and text.startswith(bos_text))
-        return list(vocab.tokenize(text, add_special=add, parse_special=True))
+        return self.codec.tokenize_prompt(text, add_special)
 
-    def render_chat(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        template = self.model.chat_template
-        if template is None:
-            raise ChatTemplateError(
-                "this model has no chat template; give one with --chat-template FILE (a jinja file)"
-            )
-        return template.render(messages, add_generation_prompt=add_generation_prompt)
+    def render_chat(
+        self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True, **extra: Any
+    ) -> str:
+        return self.codec.render_chat(messages, add_generation_prompt=add_generation_prompt, **extra)
 
     def close(self) -> None:
         self.core.stop()

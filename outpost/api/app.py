@@ -1,15 +1,17 @@
 """The FastAPI application: routers, error handlers, middleware, and the engine's lifecycle.
 
-`create_app(engine_or_factory, config)` wires it all. Given a factory, the lifespan loads the
-engine in a worker thread after the server starts listening, so /health answers `loading` (503)
+`create_app(backends_or_factory, config)` wires it all. Given a factory, the lifespan loads the
+backends (`outpost.backend.InferenceBackend`s) in a worker thread after the server starts
+listening, so /health answers `loading` (503)
 and then `ok`; the app closes what it loaded on shutdown. Middleware, outermost first: request
 log/metrics/drain gate -> CORS (only with --cors-origins) -> API keys -> body limit.
+The browser chat page (webui/) is at `/` unless `--no-webui`; its files need no key.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,17 +20,18 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 import outpost
-from outpost.api import embeddings, llama_routes, openai_routes, sagemaker
+from outpost.api import embeddings, llama_routes, openai_routes, sagemaker, webui
 from outpost.api.auth import ApiKeyMiddleware
 from outpost.api.config import ServerConfig
 from outpost.api.errors import install_error_handlers
 from outpost.api.limits import BodyLimitMiddleware
 from outpost.api.metrics import Metrics
 from outpost.api.requestlog import RequestLogMiddleware
-from outpost.api.state import ServerState
+from outpost.api.state import BackendFactory, Backends, ServerState
+from outpost.tracing import Tracer, tracer_for
 
 
-def _lifespan(state: ServerState, factory: Callable[[], Any] | None) -> Any:
+def _lifespan(state: ServerState, factory: BackendFactory | None) -> Any:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         loader = asyncio.ensure_future(state.load(factory)) if factory is not None else None
@@ -42,14 +45,19 @@ def _lifespan(state: ServerState, factory: Callable[[], Any] | None) -> Any:
     return lifespan
 
 
-def create_app(engine: Any, config: ServerConfig) -> FastAPI:
-    """An app serving `engine` (an `outpost.runtime.Engine`), or what `engine()` loads if it is callable."""
+def create_app(
+    backends: Backends | BackendFactory, config: ServerConfig, tracer: Tracer | None = None
+) -> FastAPI:
+    """An app serving `backends` (model id -> InferenceBackend), or what `backends()` loads.
+
+    Spans go to `tracer`, else to --otlp-endpoint's collector when one is configured."""
     metrics = Metrics()
     state = ServerState(config, metrics)
-    factory: Callable[[], Any] | None = engine if callable(engine) else None
+    factory: BackendFactory | None = backends if callable(backends) else None
     if factory is None:
-        state.engine, state.status = engine, "ok"
-    metrics.bind_engine(lambda: state.engine.core.scheduler if state.engine is not None else None)
+        assert not callable(backends)
+        state.install(backends)
+    metrics.bind_stats(state.stats)
     app = FastAPI(
         title="Outpost",
         version=getattr(outpost, "__version__", "0"),
@@ -58,12 +66,15 @@ def create_app(engine: Any, config: ServerConfig) -> FastAPI:
     )
     app.state.server = state
     routers = [m.router for m in (openai_routes, embeddings, llama_routes, sagemaker)]
+    if config.webui:
+        routers.append(webui.build_router())
     for router in routers:
         app.include_router(router)
     install_error_handlers(app)
     known = frozenset(r.path for router in routers for r in router.routes if isinstance(r, Route))
     app.add_middleware(BodyLimitMiddleware, max_body=config.max_body)
-    app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, open_paths=config.open_paths)
+    open_paths = (*config.open_paths, *webui.OPEN_PATHS) if config.webui else config.open_paths
+    app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, open_paths=open_paths)
     if config.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -71,5 +82,6 @@ def create_app(engine: Any, config: ServerConfig) -> FastAPI:
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "x-api-key"],
         )
-    app.add_middleware(RequestLogMiddleware, state=state, known_paths=known)
+    tracer = tracer or tracer_for(config.otlp_endpoint, "outpost")
+    app.add_middleware(RequestLogMiddleware, state=state, known_paths=known, tracer=tracer)
     return app

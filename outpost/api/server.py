@@ -11,33 +11,35 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
 from functools import partial
 from types import FrameType
-from typing import Any
 
 import uvicorn
 
 from outpost.api.app import create_app
-from outpost.api.config import ServerConfig
+from outpost.api.config import ServerConfig, sized_config
 from outpost.api.requestlog import access_log
-from outpost.api.state import ServerState
+from outpost.api.state import BackendFactory, Backends, ServerState
 from outpost.sizing import Plan
 from outpost.sizing.plan import human_bytes, plural
 
 _log = logging.getLogger("outpost.api")
 
 
-def build_engine(config: ServerConfig) -> Any:
+def build_local_backends(config: ServerConfig) -> Backends:
     """Load the model and start its engine thread (runs in a worker thread at startup)."""
+    from outpost.local import LocalBackend
     from outpost.runtime import Engine
 
-    return Engine(
+    engine = Engine(
         config.engine_config(),
         max_queue=config.max_queue,
         prefix_cache=config.prefix_cache,
         idle_cache_cells=config.cache_idle_cells,
+        prefill_budget=config.prefill_budget,
     )
+    threads = config.threads if isinstance(config.threads, int) else 0
+    return {config.served_model_id: LocalBackend(engine, config.embedding_model, threads)}
 
 
 def configure_logging() -> None:
@@ -78,7 +80,11 @@ class DrainingServer(uvicorn.Server):
             self._announced = True
             if state.status == "ok":
                 _log.info(
-                    "ready: %s; serving %s on %s", ready_summary(state, self.plan), state.model_id, self.url
+                    "ready: %s; serving %s on %s%s",
+                    ready_summary(state, self.plan),
+                    state.model_id,
+                    self.url,
+                    _engine_summary(state),
                 )
         if state.status == "failed" and not self.should_exit:
             self.exit_code = 1
@@ -94,34 +100,12 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def sized_config(config: ServerConfig) -> tuple[ServerConfig, Plan]:
-    """`config` with its "auto" slots, KV cells and threads decided from the machine and the model
-    (outpost/sizing); NotEnoughMemory (a ValueError: exit 2) when explicit ones cannot fit."""
-    from outpost.sizing import Asked, size_for_model
-
-    def given(value: object) -> int | None:
-        return value if isinstance(value, int) else None
-
-    asked = Asked(
-        parallel=given(config.parallel),
-        ctx_size=given(config.ctx_size),
-        threads=given(config.threads),
-        n_ubatch=config.ubatch_size,
-        n_batch=config.batch_size,
-        flash_attn=config.flash_attn,
-        check_memory=config.n_gpu_layers == 0,
-    )
-    plan = size_for_model(config.model_path, asked)
-    update = {"parallel": plan.slots, "ctx_size": plan.n_ctx, "threads": plan.threads}
-    return config.model_copy(update=update), plan
-
-
-def serve(config: ServerConfig, engine_factory: Callable[[], Any] | None = None) -> int:
+def serve(config: ServerConfig, backend_factory: BackendFactory | None = None) -> int:
     """Serve until stopped; returns the process exit code."""
     config.engine_config()  # a bad model file is a usage error, before anything starts
     config, plan = sized_config(config)
     configure_logging()
-    app = create_app(engine_factory or partial(build_engine, config), config)
+    app = create_app(backend_factory or partial(build_local_backends, config), config)
     uv_config = uvicorn.Config(
         app,
         host=config.host,
@@ -143,21 +127,25 @@ def serve(config: ServerConfig, engine_factory: Callable[[], Any] | None = None)
 
 
 def ready_summary(state: ServerState, plan: Plan | None) -> str:
-    """The ready line's sizing and speed facts: `8 slots x 8192 positions, 1.4 GiB KV (65536
-    cells, one pool), 2 threads, repacked weights: <where the numbers came from>`."""
-    engine: Any = state.engine
-    model: Any = getattr(engine, "model", None)
-    config = getattr(model, "config", None)
-    if config is None:  # a test's stand-in engine
-        return f"{state.config.parallel} slots"
-    cells = model.n_ctx if model.kv_unified else model.n_ctx_seq * config.n_seq_max
-    kv = f"{cells} cells, one pool" if model.kv_unified else f"{cells} cells, a stream per slot"
-    kv_gib = f"{human_bytes(plan.kv_bytes)} KV ({kv})" if plan else f"KV {kv}"
+    """The ready line's sizing: `8 slots x 8192 positions, 1.4 GiB KV (65536 cells), 2 threads:
+    <where the numbers came from>` (the config holds the sized values by now)."""
+    config = state.config
+    backend = next(iter(state.backends.values()), None)
+    if backend is None or plan is None:  # a test's stand-in
+        return f"{config.parallel} slots"
+    cells = backend.describe().get("n_ctx", plan.n_ctx)
+    threads = config.threads if isinstance(config.threads, int) else plan.threads
     return (
-        f"{plural(config.n_seq_max, 'slot')} x {engine.n_ctx_seq} positions, {kv_gib}, "
-        f"{plural(config.n_threads, 'thread')}, {config.weight_layout} weights"
-        + (f": {plan.why()}" if plan else "")
+        f"{plural(plan.slots, 'slot')} x {backend.n_ctx_seq} positions, {human_bytes(plan.kv_bytes)} KV "
+        f"({cells} cells), {plural(threads, 'thread')}: {plan.why()}"
     )
 
 
-__all__ = ["DrainingServer", "build_engine", "ready_summary", "serve", "sized_config"]
+def _engine_summary(state: ServerState) -> str:
+    """What decides speed, for the ready line (a local engine's `describe()["serving"]`)."""
+    backend = next(iter(state.backends.values()), None)
+    serving = backend.describe().get("serving") if backend is not None else None
+    return f" ({serving})" if serving else ""
+
+
+__all__ = ["DrainingServer", "build_local_backends", "ready_summary", "serve"]

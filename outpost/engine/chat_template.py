@@ -13,7 +13,6 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-
 from outpost.messages import ChatTemplateError
 
 __all__ = ["ChatTemplate", "ChatTemplateError"]
@@ -50,14 +49,18 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
 
-    def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render(
+        self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True, **extra: Any
+    ) -> str:
+        """`extra`: more template variables, e.g. `tools` or Qwen3's `enable_thinking`."""
+        variables = {"tools": None, **extra}
         try:
             return self._template.render(
+                variables,
                 messages=list(messages),
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
-                tools=None,
             )
         except ChatTemplateError:
             raise

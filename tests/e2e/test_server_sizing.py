@@ -49,7 +49,7 @@ def test_taskset_one_core_sizes_one_thread_and_the_limit_is_a_400(tiny_model: Pa
     try:
         line = _wait_ready_line(proc, log, url)
         # One core: one thread, 4 slots (4 per core), said with where it came from.
-        assert ", 1 thread, " in line and "1 usable core (CPU affinity)" in line, line
+        assert ", 1 thread: " in line and "1 usable core (CPU affinity)" in line, line
         assert "auto: slots, ctx, threads" in line and " available (" in line, line
         match = READY.search(line)
         assert match is not None

@@ -326,7 +326,7 @@ def test_int_or_auto() -> None:
         int_or_auto("eight")
 
 
-def test_serve_flags_accept_auto_and_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_serve_flags_accept_auto_and_numbers(tmp_path: Path) -> None:
     from outpost.api.config import build_server_config
     from outpost.cli import build_parser
 
@@ -338,9 +338,14 @@ def test_serve_flags_accept_auto_and_numbers(tmp_path: Path, monkeypatch: pytest
     assert (defaults.parallel, defaults.ctx_size, defaults.threads) == ("auto", "auto", "auto")
     given = build_server_config({"model_path": str(model), "parallel": "3", "threads": 2})
     assert (given.parallel, given.threads) == (3, 2)
-    monkeypatch.setenv("OUTPOST_CTX_SIZE", "auto")
-    monkeypatch.setenv("OUTPOST_PARALLEL", "6")
-    from_env = build_server_config({"model_path": str(model)})
-    assert (from_env.parallel, from_env.ctx_size) == (6, "auto")
+    from outpost.envflags import use_environment
+
+    argv = ["serve", "-m", str(model), "-c", "4096"]
+    parser = build_parser()
+    use_environment(
+        parser, argv, {"OUTPOST_PARALLEL": "6", "OUTPOST_CTX_SIZE": "auto", "OUTPOST_THREADS": "auto"}
+    )
+    from_env = parser.parse_args(argv)
+    assert (from_env.parallel, from_env.ctx_size, from_env.threads) == (6, 4096, "auto")
     with pytest.raises(ValueError):
         build_server_config({"model_path": str(model), "parallel": 0})

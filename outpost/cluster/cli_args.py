@@ -1,0 +1,124 @@
+"""`outpost worker` and `outpost gateway`: their flags and what they run (no logic of their own)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from typing import Any
+
+from outpost.sizing import int_or_auto
+
+_BROKER_HELP = "RabbitMQ URL without the password, e.g. amqp://outpost@10.0.1.5/ (amqps:// for TLS)"
+_PASSWORD_HELP = "file holding the broker password (else $OUTPOST_BROKER_PASSWORD)"
+
+
+def _add_broker_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--broker", default=os.environ.get("OUTPOST_BROKER_URL"), help=_BROKER_HELP)
+    p.add_argument("--broker-password-file", help=_PASSWORD_HELP)
+
+
+def add_worker_parser(sub: Any, handler: Any) -> None:
+    p = sub.add_parser("worker", help="serve a model's requests from RabbitMQ (outpost serve's engine flags)")
+    _add_broker_flags(p)
+    p.add_argument("-m", "--model", required=True, help="GGUF file or model store name")
+    p.add_argument("-a", "--alias", dest="model_id", help="model id (queue name; default: the file stem)")
+    # auto (the default): sized from the memory and cores this process may use (outpost/sizing).
+    p.add_argument("-np", "--parallel", type=int_or_auto, help="slots = requests held (default auto)")
+    p.add_argument("-c", "--ctx-size", type=int_or_auto, help="KV cells for all slots (default auto)")
+    p.add_argument("-t", "--threads", type=int_or_auto, help="CPU threads (default auto: usable cores)")
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, help="layers to offload to GPU")
+    p.add_argument("-b", "--batch-size", type=int, help="tokens per decode step (default 512)")
+    p.add_argument("-ub", "--ubatch-size", type=int, help="physical micro-batch (default 512)")
+    p.add_argument("-fa", "--flash-attn", choices=["auto", "on", "off"])
+    p.add_argument("--repack", choices=["auto", "on", "off"])
+    p.add_argument("-kvu", "--kv-unified", choices=["auto", "on", "off"])
+    p.add_argument("--no-prefix-cache", action="store_false", dest="prefix_cache", default=None)
+    p.add_argument("--cache-idle-cells", type=int)
+    p.add_argument("--chat-template", help="jinja chat template file overriding the model's")
+    p.add_argument("--worker-id", help="id in heartbeats (default: host-pid-random, unique per process)")
+    p.set_defaults(handler=handler)
+
+
+_WORKER_OPTIONS = (
+    "model_id parallel ctx_size threads n_gpu_layers batch_size ubatch_size flash_attn repack kv_unified "
+    "prefix_cache cache_idle_cells"
+).split()
+
+
+def run_worker(args: argparse.Namespace, model_path: str) -> int:
+    from outpost.api.config import build_server_config, sized_config
+    from outpost.cluster.topology import broker_url
+    from outpost.cluster.worker import RuntimeEngine, serve_worker
+    from outpost.runtime import Engine
+
+    if not args.broker:
+        raise ValueError("--broker is required (or $OUTPOST_BROKER_URL)")
+    url = broker_url(args.broker, args.broker_password_file)
+    options = {name: getattr(args, name) for name in _WORKER_OPTIONS}
+    options["model_path"] = model_path
+    config, _ = sized_config(build_server_config(options, None, args.chat_template))
+    assert isinstance(config.parallel, int)  # sized
+    # The engine's own queue never fills: the consumer holds at most `parallel` requests.
+    engine = Engine(
+        config.engine_config(),
+        max_queue=config.parallel,
+        prefix_cache=config.prefix_cache,
+        idle_cache_cells=config.cache_idle_cells,
+    )
+    try:
+        return asyncio.run(serve_worker(url, config.served_model_id, RuntimeEngine(engine), args.worker_id))
+    finally:
+        engine.close()
+
+
+def add_gateway_parser(sub: Any, handler: Any) -> None:
+    p = sub.add_parser("gateway", help="outpost serve's HTTP API in front of workers, over RabbitMQ")
+    _add_broker_flags(p)
+    p.add_argument(
+        "--broker-management-url",
+        help="RabbitMQ management API, for the queue length policy (default http://BROKER-HOST:15672/)",
+    )
+    p.add_argument(
+        "-m", "--model", action="append", required=True, help="model served (repeatable): GGUF or store name"
+    )
+    p.add_argument("-c", "--ctx-size", type=int, help="positions per request (default: the trained context)")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8080)")
+    p.add_argument("--api-key", action="append", dest="api_keys", help="accepted API key (repeatable)")
+    p.add_argument("--api-key-file", help="file with one API key per line")
+    p.add_argument("--max-queue", type=int, default=1024, help="requests waiting per model (default 1024)")
+    p.add_argument("--request-timeout", type=float, help="seconds from arrival to last token (default 600)")
+    p.add_argument("--max-body", type=int, help="request body limit in bytes (default 4 MiB)")
+    p.add_argument("--default-max-tokens", type=int, help="max_tokens when a request gives none (1024)")
+    p.add_argument("--cors-origins", help="comma-separated allowed origins, or * (default: CORS off)")
+    p.add_argument("--log-prompts", action="store_true", default=None, help="log prompt and answer text")
+    p.add_argument("--chat-template", help="jinja chat template file overriding the models'")
+    p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
+    p.add_argument("--ssl-keyfile", help="TLS private key (PEM)")
+    p.add_argument("--ssl-certfile", help="TLS certificate (PEM)")
+    p.set_defaults(handler=handler)
+
+
+_GATEWAY_OPTIONS = (
+    "host port max_queue request_timeout max_body default_max_tokens log_prompts grace_period "
+    "ssl_keyfile ssl_certfile"
+).split()
+
+
+def run_gateway(args: argparse.Namespace, model_paths: list[str]) -> int:
+    from outpost.api.config import build_server_config
+    from outpost.cluster.gateway_main import serve_gateway
+    from outpost.cluster.topology import broker_url
+
+    if not args.broker:
+        raise ValueError("--broker is required (or $OUTPOST_BROKER_URL)")
+    url = broker_url(args.broker, args.broker_password_file)
+    options = {name: getattr(args, name) for name in _GATEWAY_OPTIONS}
+    options["model_path"] = model_paths[0]
+    options["api_keys"] = tuple(args.api_keys) if args.api_keys else None
+    options["cors_origins"] = (
+        tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else None
+    )
+    config = build_server_config(options, args.api_key_file, args.chat_template)
+    return serve_gateway(config, url, model_paths, args.ctx_size, args.broker_management_url)

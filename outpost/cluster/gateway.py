@@ -1,0 +1,375 @@
+"""The gateway's side of the broker: `RemoteBackend`, an InferenceBackend whose engine is a fleet of workers.
+
+`GatewayLink` owns the connection and everything one gateway process shares across models: its
+reply queue, the table of live workers (from heartbeats), the dead-letter consumer, and the
+requests in flight. The gateway is the single arbiter of each request's outcome: replies carry
+(request id, attempt, seq) and only the next expected batch of the current attempt is forwarded;
+the tokens forwarded are remembered, so a worker that takes over a redelivered request can ask
+(`resume?`) and continue exactly where the client is. A reply batch with attempt -1 is the broker's
+verdict from the dead-letter queue (expired: 504; delivery limit: poison) and always ends the request.
+
+`submit()` returns only after the publisher confirm: a nack (the queue is at its length limit) is
+`QueueFull` (429), no broker is `BackendUnavailable` (503) at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
+from aiormq.exceptions import AMQPError, DeliveryError, PublishError
+
+from outpost.backend import BackendStats, PromptCodec
+from outpost.cluster import topology, wire
+from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
+
+_log = logging.getLogger("outpost.cluster.gateway")
+
+PUBLISH_TIMEOUT_S = 5.0
+DEADLINE_GRACE_S = 5.0  # past its deadline plus this, a request with no final reply times out here
+BROKER_VERDICT = -1  # the attempt number of a dead-letter queue's final reply
+
+
+@dataclass
+class _Pending:
+    request: GenerateRequest
+    model: str
+    events: asyncio.Queue[TokenEvent] = field(default_factory=asyncio.Queue)
+    attempt: int = 0
+    next_seq: int = 0
+    sent: list[int] = field(default_factory=list)
+    finished: bool = False
+
+
+@dataclass
+class WorkerSeen:
+    heartbeat: wire.Heartbeat
+    last_seen: float  # time.time() of its last heartbeat
+    seen_mono: float
+
+
+class GatewayLink:
+    """One gateway process's broker connection, reply queue, worker table and requests in flight."""
+
+    def __init__(self, url: str, models: list[str], gateway_id: str | None = None) -> None:
+        self.url = url
+        self.models = list(models)
+        self.gateway_id = gateway_id or uuid.uuid4().hex[:12]
+        self.reply_name = topology.reply_queue(self.gateway_id)
+        self.pending: dict[str, _Pending] = {}
+        self.workers: dict[str, WorkerSeen] = {}
+        self.depths: dict[str, int] = {}
+        self.counters = {"redeliveries": 0, "resumes": 0, "duplicates": 0, "dead_lettered": 0}
+        self._conn: AbstractRobustConnection | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self, connect_timeout: float = 30.0) -> None:
+        """Connect and declare; raises BackendUnavailable if the broker does not answer in time."""
+        deadline = time.monotonic() + connect_timeout
+        while True:
+            try:
+                self._conn = await topology.connect(self.url, f"outpost-gateway {self.gateway_id}")
+                break
+            except (TimeoutError, OSError, AMQPError) as exc:
+                if time.monotonic() > deadline:
+                    raise BackendUnavailable(f"broker unreachable at {topology.redact(self.url)}") from exc
+                await asyncio.sleep(0.5)
+        conn = self._conn
+        self._pub = await conn.channel(publisher_confirms=True, on_return_raises=True)
+        self._control, status = await topology.declare_common(self._pub)
+        for model in self.models:
+            await topology.declare_request_queue(self._pub, model)
+        self._side: AbstractChannel = await conn.channel()
+        replies = await self._side.declare_queue(self.reply_name, exclusive=True, auto_delete=True)
+        await replies.consume(self._on_reply, no_ack=True)
+        # Named, not server-named: a robust reconnect re-declares it by name ("amq.gen-*" is refused).
+        status_q = await self._side.declare_queue(
+            f"outpost.status.{self.gateway_id}", exclusive=True, auto_delete=True
+        )
+        await status_q.bind(status)
+        await status_q.consume(self._on_status, no_ack=True)
+        dead_ch = await conn.channel()
+        await dead_ch.set_qos(prefetch_count=16)
+        dead = await dead_ch.declare_queue(
+            topology.DEAD_QUEUE, durable=True, arguments={"x-queue-type": "quorum"}
+        )
+        await dead.consume(self._on_dead)
+        self._tasks = [asyncio.ensure_future(self._poll_depths()), asyncio.ensure_future(self._expire())]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and self._conn.connected.is_set() and not self._conn.is_closed
+
+    # -- requests -------------------------------------------------------------------------------
+
+    async def submit(self, model: str, request: GenerateRequest) -> _Pending:
+        if not self.connected:
+            raise BackendUnavailable("the message broker is unreachable; retry later", retry_after=2.0)
+        rid = request.request_id
+        pending = _Pending(request, model)
+        self.pending[rid] = pending  # before the publish: a fast worker may reply first
+        expiration = None
+        if request.deadline is not None:
+            expiration = max(request.deadline - time.monotonic(), 0.001)
+        message = aio_pika.Message(
+            wire.encode_request(request),
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            correlation_id=rid,
+            message_id=rid,
+            reply_to=self.reply_name,
+            expiration=expiration,
+        )
+        try:
+            await self._pub.default_exchange.publish(
+                message, routing_key=topology.request_queue(model), mandatory=True, timeout=PUBLISH_TIMEOUT_S
+            )
+        except PublishError as exc:  # returned: the queue does not exist (deleted under us)
+            self.pending.pop(rid, None)
+            raise BackendUnavailable(f"no queue for model {model}") from exc
+        except DeliveryError as exc:  # nacked: reject-publish at the queue's length limit
+            self.pending.pop(rid, None)
+            raise QueueFull(f"the queue for {model} is full; retry later") from exc
+        except (TimeoutError, AMQPError, OSError, RuntimeError) as exc:
+            self.pending.pop(rid, None)
+            raise BackendUnavailable(
+                "the message broker is unreachable; retry later", retry_after=2.0
+            ) from exc
+        return pending
+
+    async def cancel(self, request_id: str) -> None:
+        """The client went away: tell every worker (whichever holds it aborts it)."""
+        pending = self.pending.pop(request_id, None)
+        if pending is None or pending.finished or not self.connected:
+            return
+        with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
+            await self._control.publish(
+                aio_pika.Message(wire.encode_cancel(request_id)), routing_key="", mandatory=False, timeout=5
+            )
+
+    def _deliver(self, pending: _Pending, events: list[TokenEvent]) -> None:
+        for event in events:
+            if pending.finished:
+                return
+            pending.sent += event.token_ids
+            pending.finished = event.finished
+            pending.events.put_nowait(event)
+        if pending.finished:
+            self.pending.pop(pending.request.request_id, None)
+
+    async def _on_reply(self, message: AbstractIncomingMessage) -> None:
+        try:
+            kind = wire.message_kind(message.body)
+            if kind == "resume?":
+                await self._answer_resume(message)
+                return
+            batch = wire.decode_batch(message.body)
+        except wire.WireError as exc:
+            _log.warning("ignoring a reply: %s", exc)
+            return
+        pending = self.pending.get(batch.request_id)
+        if pending is None:
+            return  # cancelled or already finished
+        if batch.attempt == BROKER_VERDICT:
+            self._deliver(pending, [e for e in batch.events if e.finished][:1])
+        elif batch.attempt == pending.attempt and batch.seq == pending.next_seq:
+            pending.next_seq += 1
+            self._deliver(pending, batch.events)
+        else:
+            self.counters["duplicates"] += 1  # a late batch of an attempt that was taken over
+
+    async def _answer_resume(self, message: AbstractIncomingMessage) -> None:
+        rid = str(wire.loads(message.body, "resume?")["request_id"])
+        pending = self.pending.get(rid)
+        if pending is None or pending.finished:
+            state = wire.ResumeState(rid, 0, 0, gone=True)
+        else:
+            pending.attempt += 1
+            self.counters["resumes"] += 1
+            state = wire.ResumeState(rid, pending.attempt, pending.next_seq, list(pending.sent))
+        if message.reply_to:
+            with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
+                await self._pub.default_exchange.publish(
+                    aio_pika.Message(wire.encode_resume(state), correlation_id=rid),
+                    routing_key=message.reply_to,
+                    mandatory=False,
+                    timeout=5,
+                )
+
+    async def _on_dead(self, message: AbstractIncomingMessage) -> None:
+        """A request the broker gave up on: send its one final error to its gateway."""
+        headers = message.headers or {}
+        reason = str(headers.get("x-first-death-reason", "rejected"))
+        rid = message.correlation_id or ""
+        self.counters["dead_lettered"] += 1
+        if reason == "expired":
+            final = TokenEvent(
+                rid, finish_reason=FinishReason.TIMEOUT, error="the request's deadline passed in the queue"
+            )
+        else:
+            final = TokenEvent(
+                rid,
+                finish_reason=FinishReason.ERROR,
+                error=f"the request failed on {topology.DELIVERY_LIMIT + 1} workers and was given up (poison)"
+                if reason == "delivery_limit"
+                else f"the request was dropped by the broker ({reason})",
+            )
+        if message.reply_to and rid:
+            body = wire.encode_batch(wire.ReplyBatch(rid, BROKER_VERDICT, 0, [final]))
+            with contextlib.suppress(PublishError):  # its gateway is gone: nobody to tell
+                await self._pub.default_exchange.publish(
+                    aio_pika.Message(body, correlation_id=rid),
+                    routing_key=message.reply_to,
+                    mandatory=True,
+                    timeout=10,
+                )
+        await message.ack()
+
+    async def _on_status(self, message: AbstractIncomingMessage) -> None:
+        try:
+            hb = wire.decode_heartbeat(wire.loads(message.body, "heartbeat"))
+        except wire.WireError as exc:
+            _log.warning("ignoring a status message: %s", exc)
+            return
+        self.workers[hb.worker_id] = WorkerSeen(hb, time.time(), time.monotonic())
+
+    # -- background -----------------------------------------------------------------------------
+
+    async def _poll_depths(self) -> None:
+        while True:
+            with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
+                if self.connected:
+                    for model in self.models:
+                        queue = await self._side.declare_queue(topology.request_queue(model), passive=True)
+                        result = queue.declaration_result
+                        self.depths[model] = int(result.message_count or 0)
+            await asyncio.sleep(1.0)
+
+    async def _expire(self) -> None:
+        """A last resort for a final reply that never comes (e.g. a dead-letter lost with its broker)."""
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for pending in list(self.pending.values()):
+                deadline = pending.request.deadline
+                if deadline is not None and now > deadline + DEADLINE_GRACE_S:
+                    event = TokenEvent(
+                        pending.request.request_id, finish_reason=FinishReason.TIMEOUT, error="no reply"
+                    )
+                    self._deliver(pending, [event])
+
+    def live_workers(self, model: str | None = None) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        for wid in [w for w, s in self.workers.items() if now - s.seen_mono > topology.WORKER_TTL_S]:
+            del self.workers[wid]
+        return [
+            {
+                "id": s.heartbeat.worker_id,
+                "model": s.heartbeat.model,
+                "slots_total": s.heartbeat.slots_total,
+                "slots_busy": s.heartbeat.slots_busy,
+                "draining": s.heartbeat.draining,
+                "requests_done": s.heartbeat.requests_done,
+                "last_seen": round(s.last_seen, 3),
+            }
+            for s in self.workers.values()
+            if model is None or s.heartbeat.model == model
+        ]
+
+
+class RemoteStream:
+    """The events of one request served by some worker; leaving early cancels it on the fleet."""
+
+    def __init__(self, link: GatewayLink, pending: _Pending) -> None:
+        self.request_id = pending.request.request_id
+        self._link = link
+        self._pending = pending
+        self._done = False
+
+    async def __aiter__(self) -> AsyncIterator[TokenEvent]:
+        try:
+            while not self._done:
+                event = await self._pending.events.get()
+                self._done = event.finished
+                yield event
+        finally:
+            if not self._done:
+                await self.aclose()
+
+    async def aclose(self) -> None:
+        if not self._done:
+            self._done = True
+            await self._link.cancel(self.request_id)
+
+
+class RemoteBackend:
+    """An InferenceBackend for one model served by the workers consuming its queue."""
+
+    def __init__(
+        self,
+        link: GatewayLink,
+        model: str,
+        codec: PromptCodec,
+        n_ctx_seq: int,
+        facts: dict[str, Any] | None = None,
+    ) -> None:
+        self.link = link
+        self.model = model
+        self._codec = codec
+        self._n_ctx_seq = n_ctx_seq
+        self._facts = dict(facts or {})
+
+    @property
+    def codec(self) -> PromptCodec:
+        return self._codec
+
+    @property
+    def n_ctx_seq(self) -> int:
+        return self._n_ctx_seq
+
+    async def submit(self, request: GenerateRequest) -> RemoteStream:
+        pending = await self.link.submit(self.model, request)
+        return RemoteStream(self.link, pending)
+
+    async def abort(self, request_id: str) -> None:
+        await self.link.cancel(request_id)
+
+    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        raise BackendUnavailable("embeddings are not served through the gateway yet", retry_after=60.0)
+
+    def stats(self) -> BackendStats:
+        workers = self.link.live_workers()
+        mine = [w for w in workers if w["model"] == self.model]
+        return BackendStats(
+            slots_total=sum(w["slots_total"] for w in mine),
+            slots_busy=sum(w["slots_busy"] for w in mine),
+            queue_depth=self.link.depths.get(self.model, 0),
+            extra={
+                "workers": workers,
+                "queues": {m: self.link.depths.get(m, 0) for m in self.link.models},
+                "broker": "connected" if self.link.connected else "unreachable",
+                **self.link.counters,
+            },
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self._facts)
+
+    def close(self) -> None:
+        pass  # the link is closed by whoever started it

@@ -1,0 +1,99 @@
+"""Running `outpost gateway`: outpost serve's app and drain over one RemoteBackend per model.
+
+The gateway loads each model vocab-only (tokenize, render chat, count; the weights are never read)
+and connects to the broker on the server's own event loop, so the backends and the broker link
+share it. Its SIGTERM drain is `outpost serve`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from outpost.api.app import create_app
+from outpost.api.config import ServerConfig
+from outpost.api.server import DrainingServer, configure_logging
+from outpost.cluster import topology
+from outpost.cluster.gateway import GatewayLink, RemoteBackend
+
+_log = logging.getLogger("outpost.api")
+
+CONNECT_TIMEOUT_S = 60.0
+MAX_POSITIONS = 8192  # a gateway's default positions per request, as serve's default context
+
+
+def model_id(path: str) -> str:
+    return Path(path).stem
+
+
+def serve_gateway(
+    config: ServerConfig,
+    url: str,
+    model_paths: list[str],
+    ctx_size: int | None = None,
+    management_url: str | None = None,
+) -> int:
+    """Serve until stopped; returns the process exit code."""
+    configure_logging()
+    return asyncio.run(_serve(config, url, model_paths, ctx_size, management_url))
+
+
+async def _serve(
+    config: ServerConfig, url: str, model_paths: list[str], ctx_size: int | None, management_url: str | None
+) -> int:
+    loop = asyncio.get_running_loop()
+    ids = [model_id(p) for p in model_paths]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"two -m models have the same id: {ids}")
+    link = GatewayLink(url, ids)
+    opened: list[Any] = []
+
+    def load() -> dict[str, RemoteBackend]:
+        from outpost.engine.codec import load_codec
+
+        backends: dict[str, RemoteBackend] = {}
+        for mid, path in zip(ids, model_paths, strict=True):
+            vocab_model = load_codec(path, config.chat_template)
+            opened.append(vocab_model)
+            facts = vocab_model.describe()
+            n_ctx = ctx_size or min(int(facts.get("n_ctx_train") or MAX_POSITIONS), MAX_POSITIONS)
+            backends[mid] = RemoteBackend(link, mid, vocab_model.codec, n_ctx, facts)
+        asyncio.run_coroutine_threadsafe(link.start(CONNECT_TIMEOUT_S), loop).result()
+        policy = topology.apply_length_policy(link.url, management_url, ids, config.max_queue)
+        asyncio.run_coroutine_threadsafe(policy, loop).result()
+        return backends
+
+    app = create_app(load, config)
+    uv_config = uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        ssl_keyfile=config.ssl_keyfile,
+        ssl_certfile=config.ssl_certfile,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+        timeout_keep_alive=5,
+    )
+    scheme = "https" if config.tls else "http"
+    where = f"{scheme}://{config.host}:{config.port}"
+    _log.info(
+        "gateway %s for %s via %s; listening on %s",
+        link.gateway_id,
+        ", ".join(ids),
+        topology.redact(url),
+        where,
+    )
+    server = DrainingServer(uv_config, app.state.server, where)
+    try:
+        await server.serve()
+    finally:
+        await link.close()
+        for vocab_model in opened:
+            vocab_model.close()
+    return server.exit_code

@@ -1,0 +1,320 @@
+"""The cluster's wire format: versioned JSON for requests, reply batches and control messages.
+
+One encoder and one decoder per message kind, all carrying `{"v": WIRE_VERSION, "kind": ...}`; a
+message of another version or kind is a `WireError`, never a guess. Two things do not cross as
+they are in memory:
+
+- times: `time.monotonic()` means nothing in another process, so deadlines and arrival times
+  travel as wall-clock epoch seconds and come back on the receiver's monotonic clock;
+- non-finite floats: JSON has no -inf, so logit-bias bans travel as a list of banned token ids,
+  and other floats (logprobs of banned tokens) as the strings "-inf" / "inf" / "nan".
+
+Everything is encoded with `allow_nan=False`, so a non-finite float that slipped through is an
+error here rather than invalid JSON on the broker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from outpost.messages import (
+    FinishReason,
+    GenerateRequest,
+    SamplingParams,
+    Timings,
+    TokenEvent,
+    TokenLogprob,
+)
+
+WIRE_VERSION = 1
+
+
+class WireError(ValueError):
+    """A message this process cannot read: another wire version, another kind, or malformed."""
+
+
+@dataclass
+class ReplyBatch:
+    """The events of one request gathered during one engine step (or a final error)."""
+
+    request_id: str
+    attempt: int
+    seq: int  # per (request, attempt): 0, 1, 2, ...; the gateway forwards only the next one
+    events: list[TokenEvent] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return any(e.finished for e in self.events)
+
+
+@dataclass
+class ResumeState:
+    """The gateway's answer to a redelivered request's worker: what the client already has."""
+
+    request_id: str
+    attempt: int  # the new attempt; replies of older attempts are dropped from now on
+    seq: int  # the first seq the new attempt sends
+    token_ids: list[int] = field(default_factory=list)
+    gone: bool = False  # the request has no client any more: drop it
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _float_out(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)  # "-inf", "inf", "nan"
+
+
+def _float_in(x: Any) -> float:
+    return float(x)  # float("-inf") parses the strings _float_out writes
+
+
+def dumps(obj: dict[str, Any]) -> bytes:
+    return json.dumps({"v": WIRE_VERSION, **obj}, allow_nan=False, separators=(",", ":")).encode()
+
+
+def loads(body: bytes, kind: str | tuple[str, ...]) -> dict[str, Any]:
+    """Parse a message, checking its version and kind."""
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise WireError(f"not a JSON message: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise WireError("a wire message must be a JSON object")
+    version = obj.get("v")
+    if version != WIRE_VERSION:
+        raise WireError(
+            f"wire version {version!r} is not supported (this process speaks v{WIRE_VERSION}); "
+            "run the same Outpost version on gateways and workers"
+        )
+    kinds = (kind,) if isinstance(kind, str) else kind
+    if obj.get("kind") not in kinds:
+        raise WireError(f"expected a {'/'.join(kinds)} message, got kind {obj.get('kind')!r}")
+    return obj
+
+
+def message_kind(body: bytes) -> str:
+    """The kind of a v1 message (for queues that carry several kinds)."""
+    obj = loads(body, ("request", "events", "resume?", "resume", "cancel", "heartbeat"))
+    return str(obj["kind"])
+
+
+# -- times ------------------------------------------------------------------------------------
+
+
+def to_wall(monotonic_t: float, now_mono: float | None = None, now_wall: float | None = None) -> float:
+    now_mono = time.monotonic() if now_mono is None else now_mono
+    now_wall = time.time() if now_wall is None else now_wall
+    return now_wall + (monotonic_t - now_mono)
+
+
+def to_monotonic(wall_t: float, now_mono: float | None = None, now_wall: float | None = None) -> float:
+    now_mono = time.monotonic() if now_mono is None else now_mono
+    now_wall = time.time() if now_wall is None else now_wall
+    return now_mono + (wall_t - now_wall)
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+def _sampling_out(p: SamplingParams) -> dict[str, Any]:
+    out: dict[str, Any] = {f.name: getattr(p, f.name) for f in fields(p)}
+    out["logit_bias"] = [[t, b] for t, b in p.logit_bias if math.isfinite(b)]
+    out["ban"] = [t for t, b in p.logit_bias if b == -math.inf]
+    bad = [t for t, b in p.logit_bias if not math.isfinite(b) and b != -math.inf]
+    if bad:
+        raise WireError(f"logit bias for tokens {bad} is not a number or -inf")
+    return out
+
+
+def _sampling_in(d: dict[str, Any]) -> SamplingParams:
+    known = {f.name for f in fields(SamplingParams)}
+    kwargs = {k: v for k, v in d.items() if k in known and k != "logit_bias"}
+    bias = [(int(t), float(b)) for t, b in d.get("logit_bias", [])]
+    bias += [(int(t), -math.inf) for t in d.get("ban", [])]
+    return SamplingParams(**kwargs, logit_bias=tuple(bias))
+
+
+def encode_request(req: GenerateRequest) -> bytes:
+    return dumps(
+        {
+            "kind": "request",
+            "request_id": req.request_id,
+            "prompt_tokens": req.prompt_tokens,
+            "max_tokens": req.max_tokens,
+            "sampling": _sampling_out(req.sampling),
+            "stop": list(req.stop),
+            "deadline_unix": None if req.deadline is None else to_wall(req.deadline),
+            "arrival_unix": to_wall(req.arrival_time),
+        }
+    )
+
+
+def decode_request(body: bytes) -> GenerateRequest:
+    d = loads(body, "request")
+    try:
+        deadline = d.get("deadline_unix")
+        return GenerateRequest(
+            prompt_tokens=[int(t) for t in d["prompt_tokens"]],
+            max_tokens=int(d["max_tokens"]),
+            sampling=_sampling_in(d.get("sampling", {})),
+            stop=tuple(d.get("stop", ())),
+            request_id=str(d["request_id"]),
+            deadline=None if deadline is None else to_monotonic(float(deadline)),
+            arrival_time=to_monotonic(float(d["arrival_unix"])),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"malformed request message: {exc!r}") from exc
+
+
+def deadline_unix(body: bytes) -> float | None:
+    """The absolute deadline of an encoded request (for the message's expiration)."""
+    value = loads(body, "request").get("deadline_unix")
+    return None if value is None else float(value)
+
+
+# -- events -----------------------------------------------------------------------------------
+
+
+def _logprob_out(lp: TokenLogprob) -> list[Any]:
+    return [lp.token, _float_out(lp.logprob), [[t, _float_out(x)] for t, x in lp.top]]
+
+
+def _logprob_in(x: Sequence[Any]) -> TokenLogprob:
+    return TokenLogprob(int(x[0]), _float_in(x[1]), tuple((int(t), _float_in(v)) for t, v in x[2]))
+
+
+def _event_out(e: TokenEvent) -> dict[str, Any]:
+    out: dict[str, Any] = {"token_ids": e.token_ids, "text": e.text}
+    if e.finish_reason is not None:
+        out["finish_reason"] = e.finish_reason.value
+    if e.timings is not None:
+        t = e.timings
+        out["timings"] = [t.prompt_n, t.prompt_ms, t.predicted_n, t.predicted_ms, t.cache_n, t.queue_ms]
+    if e.error is not None:
+        out["error"] = e.error
+    if e.logprobs is not None:
+        out["logprobs"] = [_logprob_out(lp) for lp in e.logprobs]
+    return out
+
+
+def _event_in(request_id: str, d: dict[str, Any]) -> TokenEvent:
+    timings = None
+    if (t := d.get("timings")) is not None:
+        timings = Timings(int(t[0]), float(t[1]), int(t[2]), float(t[3]), int(t[4]), float(t[5]))
+    finish = d.get("finish_reason")
+    lps = d.get("logprobs")
+    return TokenEvent(
+        request_id,
+        token_ids=[int(x) for x in d.get("token_ids", [])],
+        text=str(d.get("text", "")),
+        finish_reason=None if finish is None else FinishReason(finish),
+        timings=timings,
+        error=d.get("error"),
+        logprobs=None if lps is None else [_logprob_in(x) for x in lps],
+    )
+
+
+def encode_batch(batch: ReplyBatch) -> bytes:
+    return dumps(
+        {
+            "kind": "events",
+            "request_id": batch.request_id,
+            "attempt": batch.attempt,
+            "seq": batch.seq,
+            "events": [_event_out(e) for e in batch.events],
+        }
+    )
+
+
+def decode_batch(body: bytes | dict[str, Any]) -> ReplyBatch:
+    d = body if isinstance(body, dict) else loads(body, "events")
+    try:
+        rid = str(d["request_id"])
+        events = [_event_in(rid, e) for e in d["events"]]
+        return ReplyBatch(rid, int(d["attempt"]), int(d["seq"]), events)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise WireError(f"malformed events message: {exc!r}") from exc
+
+
+# -- control ----------------------------------------------------------------------------------
+
+
+def encode_resume_query(request_id: str) -> bytes:
+    return dumps({"kind": "resume?", "request_id": request_id})
+
+
+def encode_resume(state: ResumeState) -> bytes:
+    return dumps(
+        {
+            "kind": "resume",
+            "request_id": state.request_id,
+            "attempt": state.attempt,
+            "seq": state.seq,
+            "token_ids": state.token_ids,
+            "gone": state.gone,
+        }
+    )
+
+
+def decode_resume(body: bytes) -> ResumeState:
+    d = loads(body, "resume")
+    try:
+        return ResumeState(
+            str(d["request_id"]),
+            int(d["attempt"]),
+            int(d["seq"]),
+            [int(t) for t in d["token_ids"]],
+            bool(d.get("gone", False)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"malformed resume message: {exc!r}") from exc
+
+
+def encode_cancel(request_id: str) -> bytes:
+    return dumps({"kind": "cancel", "request_id": request_id})
+
+
+@dataclass
+class Heartbeat:
+    """A worker's load, published on the status exchange about once a second."""
+
+    worker_id: str
+    model: str
+    slots_total: int
+    slots_busy: int
+    draining: bool = False
+    requests_done: int = 0  # requests this worker finished (acked) since it started
+
+
+def encode_heartbeat(hb: Heartbeat) -> bytes:
+    return dumps(
+        {
+            "kind": "heartbeat",
+            "id": hb.worker_id,
+            "model": hb.model,
+            "slots_total": hb.slots_total,
+            "slots_busy": hb.slots_busy,
+            "draining": hb.draining,
+            "requests_done": hb.requests_done,
+        }
+    )
+
+
+def decode_heartbeat(d: dict[str, Any]) -> Heartbeat:
+    try:
+        return Heartbeat(
+            str(d["id"]),
+            str(d["model"]),
+            int(d["slots_total"]),
+            int(d["slots_busy"]),
+            bool(d.get("draining", False)),
+            int(d.get("requests_done", 0)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"malformed heartbeat: {exc!r}") from exc

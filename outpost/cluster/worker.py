@@ -1,0 +1,357 @@
+"""`outpost worker`: takes a model's requests from RabbitMQ, runs them on the local engine, streams replies.
+
+Pull balancing: the consumer's prefetch is the slot count, so the worker never holds more unacked
+requests than it can run; the rest wait in the broker. Each request's events are gathered while
+the previous reply's publisher confirm is awaited, so a request sends at most one message per
+engine step (and fewer when steps are faster than a broker round trip). Replies go to the
+gateway's queue with `mandatory`: one the broker cannot route means the gateway is gone, and the
+request is aborted. A request is acked only once its final reply is confirmed, so a worker that
+dies leaves it to the broker to redeliver; the next worker asks the gateway what the client already
+has (`resume?`) and continues from the prompt plus those tokens.
+
+Decoding runs on the engine thread; this event loop only moves messages (AMQP heartbeats keep
+flowing during long prefills).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import aio_pika
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustConnection,
+)
+from aiormq.exceptions import AMQPError, PublishError
+
+from outpost.cluster import topology, wire
+from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
+
+_log = logging.getLogger("outpost.cluster.worker")
+
+RESUME_TIMEOUT_S = 10.0
+CANCEL_MEMORY = 4096  # recently cancelled ids, for a cancel that overtakes its request
+
+
+class LocalEngine(Protocol):
+    """What the worker needs from an engine: the slot count and a thread-safe submit/abort."""
+
+    @property
+    def slots_total(self) -> int: ...
+
+    def submit(self, request: GenerateRequest, sink: Callable[[TokenEvent], None]) -> None: ...
+
+    def abort(self, request_id: str) -> None: ...
+
+
+class RuntimeEngine:
+    """`outpost.runtime.Engine` seen as a LocalEngine (its core's submit calls the sink per step)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    @property
+    def slots_total(self) -> int:
+        return int(self.engine.scheduler_config.n_slots)
+
+    def submit(self, request: GenerateRequest, sink: Callable[[TokenEvent], None]) -> None:
+        self.engine.core.submit(request, sink)
+
+    def abort(self, request_id: str) -> None:
+        self.engine.core.abort(request_id)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def continued(request: GenerateRequest, sent: list[int]) -> GenerateRequest:
+    """The rest of a request whose first tokens the client already has."""
+    return dataclasses.replace(
+        request,
+        prompt_tokens=request.prompt_tokens + sent,
+        max_tokens=request.max_tokens - len(sent),
+    )
+
+
+def delivery_count(message: AbstractIncomingMessage) -> int:
+    """Earlier deliveries of this message (quorum queues count them in x-delivery-count)."""
+    count = (message.headers or {}).get("x-delivery-count")
+    if isinstance(count, int):
+        return count
+    return 1 if message.redelivered else 0
+
+
+class Worker:
+    """One process's consumer of `outpost.req.<model>` on top of a LocalEngine."""
+
+    def __init__(self, url: str, model: str, engine: LocalEngine, worker_id: str | None = None) -> None:
+        self.url = url
+        self.model = model
+        self.engine = engine
+        self.worker_id = worker_id or default_worker_id()
+        self._running: dict[str, asyncio.Queue[TokenEvent]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._cancelled: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self._resumes: dict[str, asyncio.Future[wire.ResumeState]] = {}
+        self._draining = False
+        self._tag: str | None = None
+        self.completed = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until `stop` is set, then stop consuming and finish what is in flight."""
+        conn = await self._connect()
+        try:
+            await self._setup(conn)
+            background = [
+                asyncio.ensure_future(self._heartbeats()),
+                asyncio.ensure_future(self._watchdog()),
+            ]
+            _log.warning("worker %s: consuming %s", self.worker_id, topology.request_queue(self.model))
+            await stop.wait()
+            self._draining = True
+            await self._stop_consuming()
+            while self._tasks:  # in flight: finish them, ack them
+                await asyncio.wait(set(self._tasks))
+            await self._publish_heartbeat()
+            for task in background:
+                task.cancel()
+        finally:
+            await conn.close()
+
+    async def _connect(self) -> AbstractRobustConnection:
+        """Connect, retrying while the broker is not up yet (a worker may start first)."""
+        delay = 0.2
+        while True:
+            try:
+                return await topology.connect(self.url, f"outpost-worker {self.worker_id}")
+            except (TimeoutError, OSError, AMQPError) as exc:
+                _log.warning("broker not reachable (%s); retrying", type(exc).__name__)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _setup(self, conn: AbstractRobustConnection) -> None:
+        self._pub = await conn.channel(publisher_confirms=True, on_return_raises=True)
+        self._control, self._status = await topology.declare_common(self._pub)
+        self._consume_ch: AbstractChannel = await conn.channel()
+        # Per-consumer prefetch (quorum queues have no channel-wide one): never more unacked
+        # requests than slots.
+        await self._consume_ch.set_qos(prefetch_count=self.engine.slots_total)
+        self._queue: AbstractQueue = await topology.declare_request_queue(self._consume_ch, self.model)
+        side = await conn.channel()
+        # Named, not server-named: a robust reconnect re-declares it by name ("amq.gen-*" is refused).
+        control_q = await side.declare_queue(
+            f"outpost.control.{self.worker_id}", exclusive=True, auto_delete=True
+        )
+        await control_q.bind(self._control)
+        await control_q.consume(self._on_control, no_ack=True)
+        self._private = topology.reply_queue(f"worker.{self.worker_id}")
+        private_q = await side.declare_queue(self._private, exclusive=True, auto_delete=True)
+        await private_q.consume(self._on_private, no_ack=True)
+        await self._consume()
+
+    async def _consume(self) -> None:
+        self._tag = await self._queue.consume(self._on_request)
+
+    async def _stop_consuming(self) -> None:
+        if self._tag is not None:
+            with contextlib.suppress(AMQPError, RuntimeError, asyncio.TimeoutError):
+                await self._queue.cancel(self._tag)
+            self._tag = None
+
+    async def _watchdog(self) -> None:
+        """Re-consume when the broker cancelled the consumer (aiormq drops basic.cancel silently)."""
+        while not self._draining:
+            await asyncio.sleep(1.0)
+            with contextlib.suppress(AMQPError, RuntimeError, asyncio.TimeoutError):
+                if self._consume_ch.is_closed or self._tag is None:
+                    continue
+                underlay = await self._consume_ch.get_underlay_channel()
+                if self._tag not in underlay.consumers and not self._draining:
+                    _log.warning(
+                        "worker %s: the broker cancelled the consumer; consuming again", self.worker_id
+                    )
+                    await self._consume()
+
+    async def _heartbeats(self) -> None:
+        while True:
+            with contextlib.suppress(AMQPError, RuntimeError, asyncio.TimeoutError, PublishError):
+                await self._publish_heartbeat()
+            await asyncio.sleep(topology.HEARTBEAT_S)
+
+    async def _publish_heartbeat(self) -> None:
+        hb = wire.Heartbeat(
+            self.worker_id,
+            self.model,
+            self.engine.slots_total,
+            len(self._tasks),
+            self._draining,
+            self.completed,
+        )
+        message = aio_pika.Message(wire.encode_heartbeat(hb), expiration=topology.WORKER_TTL_S)
+        await self._status.publish(message, routing_key="", mandatory=False, timeout=5)
+
+    # -- control --------------------------------------------------------------------------------
+
+    async def _on_control(self, message: AbstractIncomingMessage) -> None:
+        try:
+            obj = wire.loads(message.body, "cancel")
+        except wire.WireError as exc:
+            _log.warning("ignoring a control message: %s", exc)
+            return
+        rid = str(obj.get("request_id"))
+        if rid in self._running:
+            self.engine.abort(rid)
+        else:
+            self._cancelled[rid] = time.monotonic()
+            while len(self._cancelled) > CANCEL_MEMORY:
+                self._cancelled.popitem(last=False)
+
+    async def _on_private(self, message: AbstractIncomingMessage) -> None:
+        try:
+            state = wire.decode_resume(message.body)
+        except wire.WireError as exc:
+            _log.warning("ignoring a message on the private queue: %s", exc)
+            return
+        future = self._resumes.get(state.request_id)
+        if future is not None and not future.done():
+            future.set_result(state)
+
+    # -- requests -------------------------------------------------------------------------------
+
+    async def _on_request(self, message: AbstractIncomingMessage) -> None:
+        task = asyncio.ensure_future(self._handle(message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, message: AbstractIncomingMessage) -> None:
+        try:
+            await self._serve(message)
+        except Exception:
+            _log.exception("worker %s: a request failed", self.worker_id)
+            # Not acked: the broker redelivers it (and dead-letters it past the delivery limit).
+            with contextlib.suppress(Exception):
+                await message.reject(requeue=True)
+
+    async def _serve(self, message: AbstractIncomingMessage) -> None:
+        reply_to = message.reply_to
+        try:
+            request = wire.decode_request(message.body)
+        except wire.WireError as exc:
+            _log.error("worker %s: dropping an unreadable request: %s", self.worker_id, exc)
+            await message.reject(requeue=False)  # dead-lettered: the gateway answers it
+            return
+        rid = request.request_id
+        if reply_to is None or self._cancelled.pop(rid, None) is not None:
+            await message.ack()
+            return
+        attempt, seq = 0, 0
+        if delivery_count(message) > 0:
+            state = await self._ask_resume(rid, reply_to)
+            if state is None or state.gone:
+                _log.warning(
+                    "worker %s: dropping redelivered %s: its gateway or client is gone", self.worker_id, rid
+                )
+                await message.ack()
+                return
+            attempt, seq = state.attempt, state.seq
+            request = continued(request, state.token_ids)
+            _log.warning("worker %s: resuming %s after %d tokens", self.worker_id, rid, len(state.token_ids))
+        final = self._final_without_running(request)
+        if final is not None:
+            await self._reply(reply_to, wire.ReplyBatch(rid, attempt, seq, [final]))
+        else:
+            await self._generate(request, reply_to, attempt, seq)
+        await message.ack()
+        self.completed += 1
+
+    def _final_without_running(self, request: GenerateRequest) -> TokenEvent | None:
+        rid = request.request_id
+        if request.deadline is not None and request.deadline <= time.monotonic():
+            return TokenEvent(rid, finish_reason=FinishReason.TIMEOUT, error="deadline passed in the queue")
+        if request.max_tokens <= 0:  # a resumed request that had sent all its tokens
+            return TokenEvent(rid, finish_reason=FinishReason.LENGTH)
+        return None
+
+    async def _ask_resume(self, rid: str, reply_to: str) -> wire.ResumeState | None:
+        future: asyncio.Future[wire.ResumeState] = asyncio.get_running_loop().create_future()
+        self._resumes[rid] = future
+        try:
+            query = aio_pika.Message(
+                wire.encode_resume_query(rid), reply_to=self._private, correlation_id=rid
+            )
+            await self._pub.default_exchange.publish(query, routing_key=reply_to, mandatory=True, timeout=10)
+            return await asyncio.wait_for(future, RESUME_TIMEOUT_S)
+        except (TimeoutError, PublishError):
+            return None  # unroutable: the gateway is gone
+        finally:
+            self._resumes.pop(rid, None)
+
+    async def _generate(self, request: GenerateRequest, reply_to: str, attempt: int, seq: int) -> None:
+        rid = request.request_id
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        self._running[rid] = events
+
+        def sink(event: TokenEvent) -> None:  # on the engine thread
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        try:
+            try:
+                self.engine.submit(request, sink)
+            except (QueueFull, RequestRejected, RuntimeError) as exc:
+                events.put_nowait(TokenEvent(rid, finish_reason=FinishReason.ERROR, error=str(exc)))
+            gateway_gone = False
+            finished = False
+            while not finished:
+                batch = [await events.get()]
+                while not events.empty() and not batch[-1].finished:  # what earlier steps queued
+                    batch.append(events.get_nowait())
+                finished = batch[-1].finished
+                if gateway_gone:
+                    continue  # aborted: wait for the engine's final event, send nothing
+                try:
+                    await self._reply(reply_to, wire.ReplyBatch(rid, attempt, seq, batch))
+                    seq += 1
+                except PublishError:
+                    _log.warning("worker %s: gateway of %s is gone; aborting it", self.worker_id, rid)
+                    gateway_gone = True
+                    if not finished:
+                        self.engine.abort(rid)
+        except BaseException:
+            self.engine.abort(rid)  # the connection broke: free the slot, the broker redelivers
+            raise
+        finally:
+            self._running.pop(rid, None)
+
+    async def _reply(self, reply_to: str, batch: wire.ReplyBatch) -> None:
+        message = aio_pika.Message(wire.encode_batch(batch), correlation_id=batch.request_id)
+        await self._pub.default_exchange.publish(message, routing_key=reply_to, mandatory=True, timeout=30)
+
+
+async def serve_worker(url: str, model: str, engine: LocalEngine, worker_id: str | None = None) -> int:
+    """Run a worker until SIGTERM / SIGINT, then drain; returns the exit code."""
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    worker = Worker(url, model, engine, worker_id)
+    await worker.run(stop)
+    _log.warning("worker %s: drained after %d requests", worker.worker_id, worker.completed)
+    return 0

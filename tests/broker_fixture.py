@@ -1,0 +1,102 @@
+"""A real RabbitMQ for tests: `scripts/broker.sh` on free loopback ports in a temp folder.
+
+The session fixture `rabbitmq` (registered in tests/conftest.py) boots one broker for the whole
+test session and stops it at the end. `stop()` / `start()` restart it in place (same ports, same
+data: durable queues survive), for recovery tests. The script installs Debian's rabbitmq-server
+when it is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "broker.sh"
+# Booting takes ~5 s on an idle machine; installing the package first, minutes.
+START_TIMEOUT = 600.0
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free loopback ports (held together while picked, so they differ)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class Broker:
+    """One loopback broker; `url` carries the credentials, `broker_url` does not."""
+
+    user = "outpost"
+
+    def __init__(self, state_dir: Path, management: bool = True) -> None:
+        self.state_dir = state_dir
+        self.amqp_port, dist, epmd, mgmt = free_ports(4)
+        self.mgmt_port = mgmt if management else 0
+        self.env = dict(
+            os.environ,
+            OUTPOST_BROKER_DIR=str(state_dir),
+            OUTPOST_BROKER_PORT=str(self.amqp_port),
+            OUTPOST_BROKER_DIST_PORT=str(dist),
+            OUTPOST_BROKER_EPMD_PORT=str(epmd),
+            OUTPOST_BROKER_MGMT_PORT=str(self.mgmt_port),
+            OUTPOST_BROKER_WAIT="240",
+        )
+        self.password_file = state_dir / "password"
+        self.broker_url = f"amqp://{self.user}@127.0.0.1:{self.amqp_port}/"
+        self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}" if management else ""
+
+    @property
+    def password(self) -> str:
+        return self.password_file.read_text().strip()
+
+    @property
+    def url(self) -> str:
+        return f"amqp://{self.user}:{self.password}@127.0.0.1:{self.amqp_port}/"
+
+    @property
+    def mgmt_auth(self) -> tuple[str, str]:
+        return (self.user, self.password)
+
+    def _run(self, command: str, timeout: float) -> str:
+        done = subprocess.run(
+            [str(SCRIPT), command],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if done.returncode != 0 and command != "status":
+            raise RuntimeError(f"broker.sh {command} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+        return done.stdout
+
+    def start(self) -> None:
+        out = self._run("start", START_TIMEOUT)
+        assert out.splitlines()[0] == self.broker_url, out
+
+    def stop(self) -> None:
+        self._run("stop", 120.0)
+
+    def running(self) -> bool:
+        return self._run("status", 60.0).startswith("running")
+
+
+@pytest.fixture(scope="session")
+def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """A real rabbitmq-server for the session, on free 127.0.0.1 ports; stopped at the end."""
+    broker = Broker(tmp_path_factory.mktemp("rabbitmq"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

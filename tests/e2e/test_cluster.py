@@ -1,0 +1,202 @@
+"""`outpost gateway` + two `outpost worker`s over a real rabbitmq-server, driven like a user would.
+
+The workers pace their engine steps (OUTPOST_DEBUG_STEP_DELAY_MS) so that streams are still
+running while a test kills or stops a worker, whatever the machine's speed; every wait polls
+/health or the processes, bounded in time.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from cluster_harness import Gateway, Proc, live, worker
+from server_harness import assert_openai_error
+
+pytestmark = pytest.mark.cluster
+STEP_MS = 25  # paced steps: a 40-token stream lasts >= 1 s on any machine
+PROMPT = "The quick brown fox"
+
+
+def _model_copy(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """The tiny model under another file name: another model id, so another queue."""
+    path = tmp_path_factory.mktemp(name) / f"{name}.gguf"
+    shutil.copyfile(tiny_model, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _model_copy(tiny_model, tmp_path_factory, "cluster-tiny")
+
+
+@pytest.fixture(scope="module")
+def fleet(rabbitmq: Any, model: Path) -> Iterator[tuple[Gateway, list[Proc]]]:
+    gateway = Gateway(rabbitmq, [model])
+    workers = [worker(rabbitmq, model, "-np", "4", step_delay_ms=STEP_MS) for _ in range(2)]
+    try:
+        gateway.wait_until(lambda h: h.get("status") == "ok" and len(live(h)) == 2, "two live workers")
+        yield gateway, workers
+    finally:
+        for w in workers:
+            w.stop()
+        gateway.stop()
+
+
+def _complete(gateway: Gateway, max_tokens: int, stream: bool = False) -> Any:
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="none", max_retries=0, timeout=120)
+    return client.completions.create(
+        model=gateway_model(gateway),
+        prompt=PROMPT,
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=stream,
+        extra_body={"ignore_eos": True},
+        **({"stream_options": {"include_usage": True}} if stream else {}),
+    )
+
+
+def gateway_model(gateway: Gateway) -> str:
+    data = httpx.get(f"{gateway.url}/v1/models", timeout=5).json()["data"]
+    return str(data[0]["id"])
+
+
+def _stream(
+    gateway: Gateway, max_tokens: int, started: threading.Event | None = None
+) -> tuple[str, int, int]:
+    """(text, content chunks, usage completion tokens) of one streamed completion."""
+    text, chunks, usage = "", 0, -1
+    for chunk in _complete(gateway, max_tokens, stream=True):
+        if chunk.choices and chunk.choices[0].text:
+            text += chunk.choices[0].text
+            chunks += 1
+            if started is not None and chunks >= 3:
+                started.set()
+        if chunk.usage is not None:
+            usage = chunk.usage.completion_tokens
+    return text, chunks, usage
+
+
+def test_models_and_unknown_model(fleet: tuple[Gateway, list[Proc]], model: Path) -> None:
+    gateway, _ = fleet
+    assert gateway_model(gateway) == model.stem
+    r = httpx.post(
+        f"{gateway.url}/v1/completions", json={"model": "nope", "prompt": "x", "max_tokens": 2}, timeout=30
+    )
+    assert_openai_error(r, 404)
+
+
+def test_24_concurrent_requests_use_both_workers(fleet: tuple[Gateway, list[Proc]]) -> None:
+    gateway, _ = fleet
+    before = {w["id"]: w["requests_done"] for w in live(gateway.health())}
+    with concurrent.futures.ThreadPoolExecutor(24) as pool:
+        results = list(pool.map(lambda _: _complete(gateway, 16), range(24)))
+    for r in results:
+        assert r.usage.completion_tokens == 16
+        assert r.choices[0].finish_reason == "length"
+    after = gateway.wait_until(
+        lambda h: sum(w["requests_done"] for w in live(h)) - sum(before.values()) >= 24, "24 requests counted"
+    )
+    done = {w["id"]: w["requests_done"] - before.get(w["id"], 0) for w in live(after)}
+    assert len(done) == 2 and all(n > 0 for n in done.values()), done
+
+
+def test_worker_sigkill_mid_stream_is_invisible(
+    rabbitmq: Any, fleet: tuple[Gateway, list[Proc]], model: Path
+) -> None:
+    gateway, workers = fleet
+    n_tokens = 40
+    reference = _complete(gateway, n_tokens).choices[0].text
+    started = [threading.Event() for _ in range(6)]
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        futures = [pool.submit(_stream, gateway, n_tokens, ev) for ev in started]
+        for ev in started:
+            assert ev.wait(120), "a stream did not start"
+        health = gateway.wait_until(lambda h: any(w["slots_busy"] > 0 for w in live(h)), "a busy worker")
+        busy = max(live(health), key=lambda w: w["slots_busy"])
+        victim = next(w for w in workers if f"-{w.proc.pid}-" in busy["id"])
+        victim.proc.kill()  # SIGKILL: no drain, its requests unacked
+        victim.proc.wait(10)
+        workers.remove(victim)
+        workers.append(worker(rabbitmq, model, "-np", "4", step_delay_ms=STEP_MS))  # for later tests
+        results = [f.result(timeout=180) for f in futures]
+    for text, chunks, usage in results:
+        assert usage == n_tokens
+        assert text == reference  # nothing repeated, nothing missing
+        assert chunks <= n_tokens
+    health = gateway.wait_until(lambda h: len(live(h)) == 2, "a replacement worker")
+    assert health.get("resumes", 0) >= 1
+
+
+def test_worker_sigterm_drains(rabbitmq: Any, fleet: tuple[Gateway, list[Proc]]) -> None:
+    gateway, workers = fleet
+    started = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(_stream, gateway, 40, started)
+        assert started.wait(120)
+        health = gateway.wait_until(lambda h: any(w["slots_busy"] > 0 for w in live(h)), "a busy worker")
+        busy = next(w for w in live(health) if w["slots_busy"] > 0)
+        victim = next(w for w in workers if f"-{w.proc.pid}-" in busy["id"])
+        victim.signal(signal.SIGTERM)
+        text, _, usage = future.result(timeout=180)
+    assert usage == 40 and text
+    assert victim.wait(60) == 0
+    workers.remove(victim)
+
+
+def test_queue_full_429_and_expired_504(
+    rabbitmq: Any, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A model with no live worker: requests wait in its queue; past the limit 429; past the deadline 504."""
+    lonely = _model_copy(tiny_model, tmp_path_factory, "cluster-lonely")
+    gateway = Gateway(rabbitmq, [lonely], "--max-queue", "2", "--request-timeout", "3")
+    try:
+        gateway.wait_until(lambda h: h.get("status") == "ok", "ready")
+        body = {"model": lonely.stem, "prompt": "x", "max_tokens": 4}
+
+        def post() -> httpx.Response:
+            return httpx.post(f"{gateway.url}/v1/completions", json=body, timeout=60)
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            waiting = [pool.submit(post) for _ in range(2)]
+            gateway.wait_until(lambda h: h.get("queues", {}).get(lonely.stem) == 2, "two queued", 30)
+            extra = [post() for _ in range(3)]  # a quorum queue takes one message past its limit
+            rejected = [r for r in extra if r.status_code == 429]
+            assert rejected, [r.status_code for r in extra]
+            assert rejected[0].headers["retry-after"].isdigit()
+            assert_openai_error(rejected[0], 429)
+            for f in waiting:
+                assert_openai_error(f.result(timeout=60), 504)
+    finally:
+        gateway.stop()
+
+
+def test_broker_restart_recovers(rabbitmq: Any, fleet: tuple[Gateway, list[Proc]]) -> None:
+    """Last in this module: while the broker is down new requests get 503 at once; then all recovers."""
+    gateway, _ = fleet
+    rabbitmq.stop()
+    try:
+        gateway.wait_until(lambda h: h.get("broker") == "unreachable", "the broker seen down", 60)
+        t0 = time.monotonic()
+        r = httpx.post(
+            f"{gateway.url}/v1/completions",
+            json={"model": gateway_model(gateway), "prompt": "x", "max_tokens": 2},
+            timeout=30,
+        )
+        assert time.monotonic() - t0 < 10  # at once, not a hang
+        assert_openai_error(r, 503)
+        assert r.headers["retry-after"].isdigit()
+    finally:
+        rabbitmq.start()
+    gateway.wait_until(lambda h: h.get("broker") == "connected" and len(live(h)) == 2, "reconnected", 180)
+    result = _complete(gateway, 8)
+    assert result.usage.completion_tokens == 8

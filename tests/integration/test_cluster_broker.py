@@ -1,0 +1,224 @@
+"""Gateway link + workers over a real broker, with a counting fake engine (no model).
+
+Token i of a request is its position in the sequence, so a stream resumed on another worker must
+continue with exactly the next positions: any repeated or missing token shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from cluster_fake_engine import CountingEngine
+
+from outpost.cluster import topology
+from outpost.cluster.gateway import GatewayLink, RemoteBackend
+from outpost.cluster.worker import Worker
+from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
+
+pytestmark = pytest.mark.cluster
+LIMIT_S = 60.0
+
+
+def _model() -> str:
+    return "test-" + uuid.uuid4().hex[:8]
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, LIMIT_S))  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def cluster(
+    broker: Any, model: str, engines: list[CountingEngine]
+) -> AsyncIterator[tuple[RemoteBackend, list[tuple[Worker, asyncio.Event, asyncio.Task[None]]]]]:
+    link = GatewayLink(broker.url, [model])
+    await link.start()
+    workers = []
+    for engine in engines:
+        worker = Worker(broker.url, model, engine)
+        stop = asyncio.Event()
+        workers.append((worker, stop, asyncio.ensure_future(worker.run(stop))))
+    backend = RemoteBackend(link, model, codec=None, n_ctx_seq=4096)  # type: ignore[arg-type]
+    try:
+        await until(lambda: len(link.live_workers(model)) == len(engines), "workers live")
+        yield backend, workers
+    finally:
+        for _, stop, task in workers:
+            stop.set()
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        await link.close()
+
+
+async def until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def request(n_prompt: int = 3, max_tokens: int = 20, deadline_s: float | None = 60.0) -> GenerateRequest:
+    now = time.monotonic()
+    return GenerateRequest(
+        prompt_tokens=list(range(100, 100 + n_prompt)),
+        max_tokens=max_tokens,
+        deadline=None if deadline_s is None else now + deadline_s,
+    )
+
+
+async def collect(stream: Any, on_event: Callable[[TokenEvent], None] | None = None) -> list[TokenEvent]:
+    events = []
+    async for event in stream:
+        events.append(event)
+        if on_event is not None:
+            on_event(event)
+    return events
+
+
+def tokens(events: list[TokenEvent]) -> list[int]:
+    return [t for e in events for t in e.token_ids]
+
+
+def test_streams_spread_over_workers(rabbitmq: Any) -> None:
+    broker = rabbitmq
+    engines = [CountingEngine(slots=2, step_s=0.005), CountingEngine(slots=2, step_s=0.005)]
+
+    async def main() -> None:
+        async with cluster(broker, _model(), engines) as (backend, _):
+            reqs = [request(n_prompt=3, max_tokens=12) for _ in range(8)]
+            streams = [await backend.submit(r) for r in reqs]
+            results = await asyncio.gather(*(collect(s) for s in streams))
+            for events in results:
+                assert tokens(events) == list(range(3, 15))
+                assert events[-1].finish_reason is FinishReason.LENGTH
+                assert sum(e.finished for e in events) == 1
+
+    run(main())
+    assert engines[0].started and engines[1].started  # pull balancing used both
+
+
+def test_worker_death_mid_stream_resumes_on_another(rabbitmq: Any) -> None:
+    broker = rabbitmq
+    slow, other = CountingEngine(slots=1, step_s=0.05), CountingEngine(slots=1, step_s=0.005)
+
+    async def main() -> None:
+        async with cluster(broker, _model(), [slow]) as (backend, workers):
+            seen: list[int] = []
+            stream = await backend.submit(request(n_prompt=4, max_tokens=30))
+            task = asyncio.ensure_future(collect(stream, lambda e: seen.extend(e.token_ids)))
+            await until(lambda: len(seen) >= 5, "first tokens")
+            # The worker dies: its connection drops with the request unacked.
+            workers[0][2].cancel()
+            with contextlib.suppress(BaseException):
+                await workers[0][2]
+            stop = asyncio.Event()
+            rescuer = asyncio.ensure_future(Worker(broker.url, backend.model, other).run(stop))
+            try:
+                events = await task
+            finally:
+                stop.set()
+                await rescuer
+            assert tokens(events) == list(range(4, 34))  # nothing repeated, nothing missing
+            assert events[-1].finish_reason is FinishReason.LENGTH
+            assert backend.link.counters["resumes"] == 1
+
+    run(main())
+    assert other.started
+
+
+def test_cancel_reaches_the_worker(rabbitmq: Any) -> None:
+    broker = rabbitmq
+    engine = CountingEngine(slots=1, step_s=0.05)
+
+    async def main() -> None:
+        async with cluster(broker, _model(), [engine]) as (backend, workers):
+            stream = await backend.submit(request(max_tokens=1000))
+            agen = stream.__aiter__()
+            await agen.__anext__()
+            await agen.aclose()  # the client went away
+            worker = workers[0][0]
+            await until(lambda: not worker._tasks, "slot freed", timeout=5.0)
+
+    run(main())
+
+
+def test_expired_in_queue_is_a_timeout(rabbitmq: Any) -> None:
+    broker = rabbitmq
+
+    async def main() -> None:
+        async with cluster(broker, _model(), []) as (backend, _):
+            stream = await backend.submit(request(deadline_s=0.3))
+            events = await collect(stream)
+            assert [e.finish_reason for e in events] == [FinishReason.TIMEOUT]
+
+    run(main())
+
+
+def test_queue_full_is_rejected(rabbitmq: Any) -> None:
+    broker = rabbitmq
+    model = _model()
+
+    async def main() -> None:
+        applied = await topology.apply_length_policy(broker.url, broker.mgmt_url, [model], 2)
+        assert applied
+        async with cluster(broker, model, []) as (backend, _):
+            await backend.submit(request())
+            await backend.submit(request())
+            with pytest.raises(QueueFull):
+                for _ in range(3):  # a quorum queue takes one message past its limit
+                    await backend.submit(request())
+
+    run(main())
+
+
+def test_no_broker_is_unavailable_at_once() -> None:
+    async def main() -> None:
+        link = GatewayLink("amqp://guest:guest@127.0.0.1:1/", ["m"])
+        with pytest.raises(BackendUnavailable):
+            await link.start(connect_timeout=0.5)
+        with pytest.raises(BackendUnavailable):
+            await link.submit("m", request())
+
+    run(main())
+
+
+def test_poison_request_fails_once_after_the_delivery_limit(rabbitmq: Any) -> None:
+    """A request whose worker dies every time ends with one error, not endless redeliveries."""
+    broker = rabbitmq
+    engine = CountingEngine(slots=1, step_s=0.05)
+
+    async def main() -> None:
+        async with cluster(broker, _model(), []) as (backend, _):
+            stream = await backend.submit(request(max_tokens=1000))
+            collected = asyncio.ensure_future(collect(stream))
+            kills = 0
+            while not collected.done() and kills < 10:
+                started = len(engine.started)
+                stop = asyncio.Event()
+                task = asyncio.ensure_future(Worker(broker.url, backend.model, engine).run(stop))
+                await asyncio.wait(
+                    {
+                        collected,
+                        asyncio.ensure_future(until(lambda n=started: len(engine.started) > n, "run")),
+                    },
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                task.cancel()  # the worker dies with the request unacked
+                with contextlib.suppress(BaseException):
+                    await task
+                kills += 1
+            events = await asyncio.wait_for(collected, 30)
+            finals = [e for e in events if e.finished]
+            assert len(finals) == 1 and finals[0].finish_reason is FinishReason.ERROR
+            assert "poison" in (finals[0].error or "")
+            assert kills <= topology.DELIVERY_LIMIT + 2
+
+    run(main())

@@ -1,0 +1,139 @@
+"""The cluster wire format: round trips, version checks, no non-finite floats in JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+
+from outpost.cluster import wire
+from outpost.messages import (
+    FinishReason,
+    GenerateRequest,
+    SamplingParams,
+    Timings,
+    TokenEvent,
+    TokenLogprob,
+)
+
+
+def _request() -> GenerateRequest:
+    now = time.monotonic()
+    return GenerateRequest(
+        prompt_tokens=[1, 2, 3],
+        max_tokens=17,
+        sampling=SamplingParams(
+            temperature=0.0,
+            seed=7,
+            logit_bias=((5, 2.5), (9, -math.inf)),
+            grammar='root ::= "a"',
+            n_probs=2,
+            ignore_eos=True,
+        ),
+        stop=("\n\n", "END"),
+        request_id="r1",
+        deadline=now + 30.0,
+        arrival_time=now - 0.25,
+    )
+
+
+def test_request_round_trip() -> None:
+    req = _request()
+    body = wire.encode_request(req)
+    back = wire.decode_request(body)
+    assert back.prompt_tokens == req.prompt_tokens
+    assert back.max_tokens == req.max_tokens
+    assert back.sampling == req.sampling
+    assert back.stop == req.stop
+    assert back.request_id == req.request_id
+    assert back.deadline is not None and req.deadline is not None
+    assert abs(back.deadline - req.deadline) < 0.05
+    assert abs(back.arrival_time - req.arrival_time) < 0.05
+
+
+def test_no_deadline_round_trips_as_none() -> None:
+    req = GenerateRequest(prompt_tokens=[1], max_tokens=1)
+    assert wire.decode_request(wire.encode_request(req)).deadline is None
+
+
+def test_bans_travel_without_infinity() -> None:
+    body = wire.encode_request(_request())
+    text = body.decode()
+    assert "Infinity" not in text and "NaN" not in text
+    obj = json.loads(text)
+    json.dumps(obj, allow_nan=False)  # raises on any non-finite float
+    assert obj["v"] == wire.WIRE_VERSION
+    assert obj["sampling"]["ban"] == [9]
+    assert obj["sampling"]["logit_bias"] == [[5, 2.5]]
+
+
+def test_deadline_is_wall_clock() -> None:
+    req = _request()
+    obj = json.loads(wire.encode_request(req))
+    assert abs(obj["deadline_unix"] - (time.time() + 30.0)) < 1.0
+    assert wire.deadline_unix(wire.encode_request(req)) == pytest.approx(obj["deadline_unix"], abs=0.05)
+
+
+def test_batch_round_trip_with_timings_and_logprobs() -> None:
+    events = [
+        TokenEvent(
+            "r1",
+            token_ids=[4, 5],
+            text="ab",
+            logprobs=[
+                TokenLogprob(4, -0.5, ((4, -0.5), (6, -math.inf))),
+                TokenLogprob(5, -math.inf, ()),
+            ],
+        ),
+        TokenEvent(
+            "r1",
+            token_ids=[6],
+            text="c",
+            finish_reason=FinishReason.LENGTH,
+            timings=Timings(3, 1.5, 3, 2.25, 1, 0.5),
+        ),
+    ]
+    batch = wire.ReplyBatch("r1", attempt=1, seq=4, events=events)
+    body = wire.encode_batch(batch)
+    assert b"Infinity" not in body
+    back = wire.decode_batch(body)
+    assert back.request_id == "r1" and back.attempt == 1 and back.seq == 4
+    assert back.events == events
+    assert back.finished
+
+
+def test_error_event_round_trip() -> None:
+    ev = TokenEvent("r2", finish_reason=FinishReason.ERROR, error="poison")
+    back = wire.decode_batch(wire.encode_batch(wire.ReplyBatch("r2", 0, 0, [ev])))
+    assert back.events == [ev]
+
+
+def test_version_mismatch_is_a_clear_error() -> None:
+    obj = json.loads(wire.encode_request(_request()))
+    obj["v"] = 2
+    with pytest.raises(wire.WireError, match="wire version 2 is not supported"):
+        wire.decode_request(json.dumps(obj).encode())
+
+
+def test_wrong_kind_and_garbage_are_errors() -> None:
+    with pytest.raises(wire.WireError, match="expected a request"):
+        wire.decode_request(wire.encode_cancel("x"))
+    with pytest.raises(wire.WireError, match="not a JSON"):
+        wire.decode_request(b"\xff\x00")
+    with pytest.raises(wire.WireError, match="malformed"):
+        wire.decode_request(wire.dumps({"kind": "request"}))
+
+
+def test_resume_and_heartbeat_round_trip() -> None:
+    state = wire.ResumeState("r3", attempt=2, seq=7, token_ids=[1, 2, 3])
+    assert wire.decode_resume(wire.encode_resume(state)) == state
+    hb = wire.Heartbeat("w1", "tiny", 4, 1)
+    obj = wire.loads(wire.encode_heartbeat(hb), "heartbeat")
+    assert wire.decode_heartbeat(obj) == hb
+
+
+def test_time_conversion_is_inverse() -> None:
+    m, w = 1000.0, 1_700_000_000.0
+    assert wire.to_monotonic(wire.to_wall(m + 5, m, w), m, w) == pytest.approx(m + 5)
