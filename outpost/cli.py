@@ -23,6 +23,7 @@ from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, a
 from outpost.models.convert.cli_args import add_convert_parser
 from outpost.models.store import resolve_model_arg, sagemaker_model
 from outpost.run import PRESETS, UsageError
+from outpost.sizing import int_or_auto
 
 _log = logging.getLogger("outpost")
 
@@ -93,9 +94,10 @@ def _add_serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible and SageMaker HTTP server (llama-server's flags)")
     p.add_argument("-m", "--model", help="GGUF file (default: the built-in random-weight demo model)")
     p.add_argument("-a", "--alias", dest="model_id", help="model id clients use (default: the file stem)")
-    p.add_argument("-np", "--parallel", type=int, help="slots decoded together (default 4)")
-    p.add_argument("-c", "--ctx-size", type=int, help="KV cells for all slots (0: trained ctx, max 8192)")
-    p.add_argument("-t", "--threads", type=int, help="CPU threads (default: all this process may use)")
+    # auto (the default): sized from the memory and cores this process may use (outpost/sizing).
+    p.add_argument("-np", "--parallel", type=int_or_auto, help="slots decoded together (default auto)")
+    p.add_argument("-c", "--ctx-size", type=int_or_auto, help="KV cells for all slots (default auto)")
+    p.add_argument("-t", "--threads", type=int_or_auto, help="CPU threads (default auto: usable cores)")
     p.add_argument("-ngl", "--n-gpu-layers", type=int, help="layers to offload to GPU")
     p.add_argument("-sm", "--split-mode", choices=["none", "layer", "row"])
     p.add_argument("-b", "--batch-size", type=int, help="tokens per decode step (default 512)")

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from outpost.engine.config import EngineConfig
+from outpost.sizing import Plan
 
 MiB = 1024 * 1024
 # Paths anyone may call, even when API keys are set: health checks and scrapers carry no keys.
 DEFAULT_OPEN_PATHS: tuple[str, ...] = ("/health", "/ping", "/metrics")
+Auto = Literal["auto"]
 
 
 class ServerConfig(BaseModel):
@@ -30,11 +32,16 @@ class ServerConfig(BaseModel):
     model_id: str | None = Field(None, description="id clients put in `model`; default: the file stem")
     chat_template: str | None = Field(None, description="jinja chat template text overriding the GGUF's")
     # Engine knobs (llama-server's flag names in the comments).
-    parallel: int = Field(4, ge=1, le=256, description="slots: requests decoded together (-np)")
-    ctx_size: int = Field(
-        0, ge=0, description="KV cells for all slots (-c); 0 = the trained context, at most 8192"
+    # "auto": sized from the machine and the model at start (outpost/sizing, `sized_config`).
+    parallel: Annotated[int, Field(ge=1, le=256)] | Auto = Field(
+        "auto", description="slots: requests decoded together (-np)"
     )
-    threads: int | None = Field(None, ge=1, description="CPU threads (-t); default: all usable")
+    ctx_size: Annotated[int, Field(ge=0)] | Auto = Field(
+        "auto", description="KV cells for all slots (-c); 0 = the trained context, at most 8192"
+    )
+    threads: Annotated[int, Field(ge=1)] | Auto | None = Field(
+        "auto", description="CPU threads (-t); auto = the usable cores"
+    )
     n_gpu_layers: int = Field(0, ge=-1, description="layers offloaded to GPU (-ngl); -1 = all")
     split_mode: Literal["none", "layer", "row"] = "layer"
     batch_size: int = Field(512, ge=1, description="tokens per decode step (-b)")
@@ -98,7 +105,7 @@ class ServerConfig(BaseModel):
     def _tls_pair(self) -> ServerConfig:
         if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
             raise ValueError("TLS needs both --ssl-keyfile and --ssl-certfile")
-        if self.batch_size < self.parallel:
+        if isinstance(self.parallel, int) and self.batch_size < self.parallel:
             raise ValueError(
                 f"--batch-size ({self.batch_size}) must be at least --parallel ({self.parallel}): "
                 "every busy slot decodes one token per step"
@@ -114,12 +121,14 @@ class ServerConfig(BaseModel):
         return self.ssl_certfile is not None
 
     def engine_config(self) -> EngineConfig:
+        """The engine's config; "auto" values not sized yet (see sized_config)
+        fall back to 4 slots, the trained context (at most 8192) and every usable core."""
         options: dict[str, Any] = {
             "model_path": self.model_path,
-            "n_ctx": self.ctx_size,
+            "n_ctx": self.ctx_size if isinstance(self.ctx_size, int) else 0,
             "n_batch": self.batch_size,
             "n_ubatch": self.ubatch_size,
-            "n_seq_max": self.parallel,
+            "n_seq_max": self.parallel if isinstance(self.parallel, int) else 4,
             "n_gpu_layers": self.n_gpu_layers,
             "split_mode": self.split_mode,
             "flash_attn": self.flash_attn,
@@ -127,7 +136,7 @@ class ServerConfig(BaseModel):
             "kv_unified": self.kv_unified,
             "chat_template": self.chat_template,
         }
-        if self.threads is not None:
+        if isinstance(self.threads, int):
             options["n_threads"] = self.threads
         return EngineConfig.model_validate(options)
 
@@ -146,6 +155,28 @@ def read_api_keys(path: str) -> tuple[str, ...]:
     if not keys:
         raise ValueError(f"the API key file {path} holds no keys")
     return keys
+
+
+def sized_config(config: ServerConfig) -> tuple[ServerConfig, Plan]:
+    """`config` with its "auto" slots, KV cells and threads decided from the machine and the model
+    (outpost/sizing); NotEnoughMemory (a ValueError: exit 2) when explicit ones cannot fit."""
+    from outpost.sizing import Asked, size_for_model
+
+    def given(value: object) -> int | None:
+        return value if isinstance(value, int) else None
+
+    asked = Asked(
+        parallel=given(config.parallel),
+        ctx_size=given(config.ctx_size),
+        threads=given(config.threads),
+        n_ubatch=config.ubatch_size,
+        n_batch=config.batch_size,
+        flash_attn=config.flash_attn,
+        check_memory=config.n_gpu_layers == 0,
+    )
+    plan = size_for_model(config.model_path, asked)
+    update = {"parallel": plan.slots, "ctx_size": plan.n_ctx, "threads": plan.threads}
+    return config.model_copy(update=update), plan
 
 
 def build_server_config(

@@ -68,8 +68,8 @@ def resolve_max_tokens(
     room = n_ctx_seq - n_prompt
     if room < 1:
         raise context_length_exceeded(
-            f"the prompt has {n_prompt} tokens but this model's context holds {n_ctx_seq} "
-            "(prompt + output): shorten the prompt",
+            f"the prompt has {n_prompt} tokens but this server's context holds {n_ctx_seq} tokens "
+            "per request (prompt + output): shorten the prompt",
             param="messages" if param != "max_new_tokens" else "inputs",
         )
     if requested is None or requested == -1:
@@ -80,8 +80,8 @@ def resolve_max_tokens(
         )
     if n_prompt + requested > n_ctx_seq:
         raise context_length_exceeded(
-            f"this model's context holds {n_ctx_seq} tokens; the prompt has {n_prompt} and {param} asks "
-            f"for {requested} more: lower {param} to at most {room} or shorten the prompt",
+            f"this server's context holds {n_ctx_seq} tokens per request; the prompt has {n_prompt} "
+            f"and {param} asks for {requested} more: lower {param} to at most {room} or shorten the prompt",
             param=param,
         )
     return requested

@@ -17,9 +17,11 @@ from types import FrameType
 import uvicorn
 
 from outpost.api.app import create_app
-from outpost.api.config import ServerConfig
+from outpost.api.config import ServerConfig, sized_config
 from outpost.api.requestlog import access_log
 from outpost.api.state import BackendFactory, Backends, ServerState
+from outpost.sizing import Plan
+from outpost.sizing.plan import human_bytes, plural
 
 _log = logging.getLogger("outpost.api")
 
@@ -36,7 +38,8 @@ def build_local_backends(config: ServerConfig) -> Backends:
         idle_cache_cells=config.cache_idle_cells,
         prefill_budget=config.prefill_budget,
     )
-    return {config.served_model_id: LocalBackend(engine, config.embedding_model, config.threads or 0)}
+    threads = config.threads if isinstance(config.threads, int) else 0
+    return {config.served_model_id: LocalBackend(engine, config.embedding_model, threads)}
 
 
 def configure_logging() -> None:
@@ -54,10 +57,13 @@ def configure_logging() -> None:
 class DrainingServer(uvicorn.Server):
     """uvicorn.Server whose first exit signal drains in-flight requests instead of closing at once."""
 
-    def __init__(self, config: uvicorn.Config, state: ServerState, url: str) -> None:
+    def __init__(
+        self, config: uvicorn.Config, state: ServerState, url: str, plan: Plan | None = None
+    ) -> None:
         super().__init__(config)
         self.state = state
         self.url = url
+        self.plan = plan
         self.exit_code = 0
         self._signalled_at: float | None = None
         self._announced = False
@@ -74,10 +80,10 @@ class DrainingServer(uvicorn.Server):
             self._announced = True
             if state.status == "ok":
                 _log.info(
-                    "ready: serving %s on %s (%d slots%s)",
+                    "ready: %s; serving %s on %s%s",
+                    ready_summary(state, self.plan),
                     state.model_id,
                     self.url,
-                    state.config.parallel,
                     _engine_summary(state),
                 )
         if state.status == "failed" and not self.should_exit:
@@ -97,6 +103,7 @@ class DrainingServer(uvicorn.Server):
 def serve(config: ServerConfig, backend_factory: BackendFactory | None = None) -> int:
     """Serve until stopped; returns the process exit code."""
     config.engine_config()  # a bad model file is a usage error, before anything starts
+    config, plan = sized_config(config)
     configure_logging()
     app = create_app(backend_factory or partial(build_local_backends, config), config)
     uv_config = uvicorn.Config(
@@ -114,16 +121,31 @@ def serve(config: ServerConfig, backend_factory: BackendFactory | None = None) -
     scheme = "https" if config.tls else "http"
     url = f"{scheme}://{config.host}:{config.port}"
     _log.info("loading %s; listening on %s", config.model_path, url)
-    server = DrainingServer(uv_config, app.state.server, url)
+    server = DrainingServer(uv_config, app.state.server, url, plan)
     server.run()
     return server.exit_code
+
+
+def ready_summary(state: ServerState, plan: Plan | None) -> str:
+    """The ready line's sizing: `8 slots x 8192 positions, 1.4 GiB KV (65536 cells), 2 threads:
+    <where the numbers came from>` (the config holds the sized values by now)."""
+    config = state.config
+    backend = next(iter(state.backends.values()), None)
+    if backend is None or plan is None:  # a test's stand-in
+        return f"{config.parallel} slots"
+    cells = backend.describe().get("n_ctx", plan.n_ctx)
+    threads = config.threads if isinstance(config.threads, int) else plan.threads
+    return (
+        f"{plural(plan.slots, 'slot')} x {backend.n_ctx_seq} positions, {human_bytes(plan.kv_bytes)} KV "
+        f"({cells} cells), {plural(threads, 'thread')}: {plan.why()}"
+    )
 
 
 def _engine_summary(state: ServerState) -> str:
     """What decides speed, for the ready line (a local engine's `describe()["serving"]`)."""
     backend = next(iter(state.backends.values()), None)
     serving = backend.describe().get("serving") if backend is not None else None
-    return f", {serving}" if serving else ""
+    return f" ({serving})" if serving else ""
 
 
-__all__ = ["DrainingServer", "build_local_backends", "serve"]
+__all__ = ["DrainingServer", "build_local_backends", "ready_summary", "serve"]

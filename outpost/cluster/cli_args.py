@@ -7,6 +7,8 @@ import asyncio
 import os
 from typing import Any
 
+from outpost.sizing import int_or_auto
+
 _BROKER_HELP = "RabbitMQ URL without the password, e.g. amqp://outpost@10.0.1.5/ (amqps:// for TLS)"
 _PASSWORD_HELP = "file holding the broker password (else $OUTPOST_BROKER_PASSWORD)"
 
@@ -21,9 +23,10 @@ def add_worker_parser(sub: Any, handler: Any) -> None:
     _add_broker_flags(p)
     p.add_argument("-m", "--model", required=True, help="GGUF file or model store name")
     p.add_argument("-a", "--alias", dest="model_id", help="model id (queue name; default: the file stem)")
-    p.add_argument("-np", "--parallel", type=int, help="slots decoded together = requests held (default 4)")
-    p.add_argument("-c", "--ctx-size", type=int, help="KV cells for all slots (0: trained ctx, max 8192)")
-    p.add_argument("-t", "--threads", type=int, help="CPU threads (default: all this process may use)")
+    # auto (the default): sized from the memory and cores this process may use (outpost/sizing).
+    p.add_argument("-np", "--parallel", type=int_or_auto, help="slots = requests held (default auto)")
+    p.add_argument("-c", "--ctx-size", type=int_or_auto, help="KV cells for all slots (default auto)")
+    p.add_argument("-t", "--threads", type=int_or_auto, help="CPU threads (default auto: usable cores)")
     p.add_argument("-ngl", "--n-gpu-layers", type=int, help="layers to offload to GPU")
     p.add_argument("-b", "--batch-size", type=int, help="tokens per decode step (default 512)")
     p.add_argument("-ub", "--ubatch-size", type=int, help="physical micro-batch (default 512)")
@@ -44,7 +47,7 @@ _WORKER_OPTIONS = (
 
 
 def run_worker(args: argparse.Namespace, model_path: str) -> int:
-    from outpost.api.config import build_server_config
+    from outpost.api.config import build_server_config, sized_config
     from outpost.cluster.topology import broker_url
     from outpost.cluster.worker import RuntimeEngine, serve_worker
     from outpost.runtime import Engine
@@ -54,7 +57,8 @@ def run_worker(args: argparse.Namespace, model_path: str) -> int:
     url = broker_url(args.broker, args.broker_password_file)
     options = {name: getattr(args, name) for name in _WORKER_OPTIONS}
     options["model_path"] = model_path
-    config = build_server_config(options, None, args.chat_template)
+    config, _ = sized_config(build_server_config(options, None, args.chat_template))
+    assert isinstance(config.parallel, int)  # sized
     # The engine's own queue never fills: the consumer holds at most `parallel` requests.
     engine = Engine(
         config.engine_config(),

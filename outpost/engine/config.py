@@ -11,11 +11,11 @@ from outpost.engine.cpu_probe import WeightLayout, choose_layout
 
 
 def available_cpus() -> int:
-    """CPUs this process may run on: on a 2-vCPU VM 'physical cores' may read 1 and halve speed."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    """CPUs this process may keep busy: the affinity mask or a container's CPU quota, whichever is
+    smaller (outpost/sizing). Not 'physical cores': on a 2-vCPU VM that may read 1 and halve speed."""
+    from outpost.sizing.machine import read_cores
+
+    return read_cores().count
 
 
 class EngineConfig(BaseModel):
