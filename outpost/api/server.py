@@ -80,7 +80,7 @@ class DrainingServer(uvicorn.Server):
             self._announced = True
             if state.status == "ok":
                 _log.info(
-                    "ready: %s; serving %s on %s%s",
+                    "ready: %sserving %s on %s%s",
                     ready_summary(state, self.plan),
                     state.model_id,
                     self.url,
@@ -128,16 +128,17 @@ def serve(config: ServerConfig, backend_factory: BackendFactory | None = None) -
 
 def ready_summary(state: ServerState, plan: Plan | None) -> str:
     """The ready line's sizing: `8 slots x 8192 positions, 1.4 GiB KV (65536 cells), 2 threads:
-    <where the numbers came from>` (the config holds the sized values by now)."""
+    <where the numbers came from>; ` (the config holds the sized values by now); "" where nothing
+    was sized here (a gateway, a test's stand-in backend)."""
     config = state.config
     backend = next(iter(state.backends.values()), None)
-    if backend is None or plan is None:  # a test's stand-in
-        return f"{config.parallel} slots"
+    if backend is None or plan is None:
+        return ""
     cells = backend.describe().get("n_ctx", plan.n_ctx)
     threads = config.threads if isinstance(config.threads, int) else plan.threads
     return (
         f"{plural(plan.slots, 'slot')} x {backend.n_ctx_seq} positions, {human_bytes(plan.kv_bytes)} KV "
-        f"({cells} cells), {plural(threads, 'thread')}: {plan.why()}"
+        f"({cells} cells), {plural(threads, 'thread')}: {plan.why()}; "
     )
 
 
