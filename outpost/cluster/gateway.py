@@ -256,10 +256,14 @@ class GatewayLink:
             with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
                 if self.connected:
                     for model in self.models:
-                        queue = await self._side.declare_queue(topology.request_queue(model), passive=True)
+                        # robust=False: aio-pika answers a repeated robust passive declare from its
+                        # cache, with the depth of the first one.
+                        queue = await self._side.declare_queue(
+                            topology.request_queue(model), passive=True, robust=False
+                        )
                         result = queue.declaration_result
                         self.depths[model] = int(result.message_count or 0)
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(0.5)
 
     async def _expire(self) -> None:
         """A last resort for a final reply that never comes (e.g. a dead-letter lost with its broker)."""
