@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
 from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 
 from outpost.backend import BackendStats, PromptCodec
@@ -89,7 +89,9 @@ class GatewayLink:
         self._control, status = await topology.declare_common(self._pub)
         for model in self.models:
             await topology.declare_request_queue(self._pub, model)
-        self._side: AbstractChannel = await conn.channel()
+        side = await conn.channel()
+        assert isinstance(side, AbstractRobustChannel)  # a robust connection's channels are robust
+        self._side = side
         replies = await self._side.declare_queue(self.reply_name, exclusive=True, auto_delete=True)
         await replies.consume(self._on_reply, no_ack=True)
         # Named, not server-named: a robust reconnect re-declares it by name ("amq.gen-*" is refused).

@@ -181,7 +181,8 @@ class Worker:
                 if self._consume_ch.is_closed or self._tag is None:
                     continue
                 underlay = await self._consume_ch.get_underlay_channel()
-                if self._tag not in underlay.consumers and not self._draining:
+                consumers: dict[str, object] = getattr(underlay, "consumers", {})  # aiormq's, untyped
+                if self._tag not in consumers and not self._draining:
                     _log.warning(
                         "worker %s: the broker cancelled the consumer; consuming again", self.worker_id
                     )
