@@ -67,7 +67,7 @@ class GatewayLink:
         self.pending: dict[str, _Pending] = {}
         self.workers: dict[str, WorkerSeen] = {}
         self.depths: dict[str, int] = {}
-        self.counters = {"redeliveries": 0, "resumes": 0, "duplicates": 0, "dead_lettered": 0}
+        self.counters = {"resumes": 0, "duplicates": 0, "dead_lettered": 0}
         self._conn: AbstractRobustConnection | None = None
         self._tasks: list[asyncio.Task[None]] = []
 

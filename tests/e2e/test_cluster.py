@@ -8,6 +8,7 @@ running while a test kills or stops a worker, whatever the machine's speed; ever
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import shutil
 import signal
 import threading
@@ -179,6 +180,50 @@ def test_queue_full_429_and_expired_504(
                 assert_openai_error(f.result(timeout=60), 504)  # expired in the queue: no worker
     finally:
         gateway.stop()
+
+
+def _busy(health: dict[str, Any]) -> int:
+    return sum(w["slots_busy"] for w in live(health))
+
+
+def test_client_disconnect_frees_the_slot(fleet: tuple[Gateway, list[Proc]]) -> None:
+    gateway, _ = fleet
+    gateway.wait_until(lambda h: _busy(h) == 0, "idle workers", 60)
+    body = {
+        "model": gateway_model(gateway),
+        "prompt": PROMPT,
+        "max_tokens": 1000,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    with httpx.stream("POST", f"{gateway.url}/v1/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()  # not left by `break`: closing the generator would close the response
+        for _ in range(5):
+            next(lines)
+        gateway.wait_until(lambda h: _busy(h) == 1, "the stream's slot busy", 30)
+    gateway.wait_until(lambda h: _busy(h) == 0, "the slot freed after the disconnect", 30)
+
+
+def test_gateway_sigkill_frees_the_workers_slots(
+    rabbitmq: Any, fleet: tuple[Gateway, list[Proc]], model: Path
+) -> None:
+    gateway, _ = fleet
+    gateway.wait_until(lambda h: _busy(h) == 0, "idle workers", 60)
+    other = Gateway(rabbitmq, [model])
+    try:
+        other.wait_until(lambda h: h.get("status") == "ok" and bool(live(h)), "a second gateway")
+        started = threading.Event()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            future = pool.submit(_stream, other, 1000, started)
+            assert started.wait(120)
+            gateway.wait_until(lambda h: _busy(h) == 1, "the stream's slot busy", 30)
+            other.proc.kill()  # its reply queue goes with its connection: replies become unroutable
+            gateway.wait_until(lambda h: _busy(h) == 0, "the slot freed after the gateway died", 30)
+            with contextlib.suppress(Exception):
+                future.result(timeout=30)
+    finally:
+        other.stop()
 
 
 def test_broker_restart_recovers(rabbitmq: Any, fleet: tuple[Gateway, list[Proc]]) -> None:
