@@ -98,8 +98,8 @@ class InferenceBackend(Protocol):
 
     async def abort(self, request_id: str) -> None: ...
 
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        """One normalized vector per text (the server's embedding model)."""
+    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        """One L2-normalized vector per text (the server's embedding model), and the tokens read."""
         ...
 
     def stats(self) -> BackendStats: ...

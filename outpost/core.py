@@ -206,24 +206,21 @@ class EngineClient:
     def __init__(self, core: EngineCore) -> None:
         self.core = core
 
+    def open(self, request: GenerateRequest) -> LocalStream:
+        """Submit at once (raises QueueFull / RequestRejected / RuntimeError here) and return its events.
+
+        Must run on the event loop that will iterate the stream.
+        """
+        return LocalStream(self.core, request)
+
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenEvent]:
         """Yields the request's events; leaving the loop early (or being cancelled) aborts it."""
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[TokenEvent] = asyncio.Queue()
-
-        def sink(event: TokenEvent) -> None:
-            loop.call_soon_threadsafe(events.put_nowait, event)
-
-        self.core.submit(request, sink)
-        finished = False
+        stream = self.open(request)
         try:
-            while not finished:
-                event = await events.get()
-                finished = event.finished
+            async for event in stream:
                 yield event
         finally:
-            if not finished:
-                self.core.abort(request.request_id)
+            await stream.aclose()
 
     def generate_sync(self, request: GenerateRequest) -> Iterator[TokenEvent]:
         """Blocking version for the CLI; closing the iterator early aborts the request."""
@@ -241,3 +238,34 @@ class EngineClient:
 
     def abort(self, request_id: str) -> None:
         self.core.abort(request_id)
+
+
+class LocalStream:
+    """One request's events from the engine thread, as an `outpost.backend.EventStream`."""
+
+    def __init__(self, core: EngineCore, request: GenerateRequest) -> None:
+        self.request_id = request.request_id
+        self._core = core
+        self._finished = False
+        self._events: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def sink(event: TokenEvent) -> None:
+            loop.call_soon_threadsafe(self._events.put_nowait, event)
+
+        core.submit(request, sink)
+
+    async def __aiter__(self) -> AsyncIterator[TokenEvent]:
+        try:
+            while not self._finished:
+                event = await self._events.get()
+                self._finished = event.finished
+                yield event
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Abort the request unless its final event was delivered; safe to call twice."""
+        if not self._finished:
+            self._finished = True
+            self._core.abort(self.request_id)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from outpost.core import EngineClient, EngineCore
-from outpost.engine.chat_template import ChatTemplateError
+from outpost.engine.codec import LlamaCodec
 from outpost.engine.config import EngineConfig
 from outpost.engine.model import LoadedModel
 from outpost.engine.runner import ModelRunner
@@ -57,20 +57,16 @@ class Engine:
     def vocab(self) -> Any:
         return self.model.vocab
 
+    @property
+    def codec(self) -> LlamaCodec:
+        return self.model.codec
+
     def tokenize_prompt(self, text: str, add_special: bool = True) -> list[int]:
         """Tokenize a prompt, adding BOS only where the model wants it and the text lacks it."""
-        vocab = self.model.vocab
-        bos_text = vocab.bos_text
-        add = add_special and not (bos_text and text.startswith(bos_text))
-        return list(vocab.tokenize(text, add_special=add, parse_special=True))
+        return self.codec.tokenize_prompt(text, add_special)
 
     def render_chat(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        template = self.model.chat_template
-        if template is None:
-            raise ChatTemplateError(
-                "this model has no chat template; give one with --chat-template FILE (a jinja file)"
-            )
-        return template.render(messages, add_generation_prompt=add_generation_prompt)
+        return self.codec.render_chat(messages, add_generation_prompt=add_generation_prompt)
 
     def close(self) -> None:
         self.core.stop()

@@ -1,7 +1,8 @@
 """The FastAPI application: routers, error handlers, middleware, and the engine's lifecycle.
 
-`create_app(engine_or_factory, config)` wires it all. Given a factory, the lifespan loads the
-engine in a worker thread after the server starts listening, so /health answers `loading` (503)
+`create_app(backends_or_factory, config)` wires it all. Given a factory, the lifespan loads the
+backends (`outpost.backend.InferenceBackend`s) in a worker thread after the server starts
+listening, so /health answers `loading` (503)
 and then `ok`; the app closes what it loaded on shutdown. Middleware, outermost first: request
 log/metrics/drain gate -> CORS (only with --cors-origins) -> API keys -> body limit.
 """
@@ -9,7 +10,7 @@ log/metrics/drain gate -> CORS (only with --cors-origins) -> API keys -> body li
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -25,10 +26,10 @@ from outpost.api.errors import install_error_handlers
 from outpost.api.limits import BodyLimitMiddleware
 from outpost.api.metrics import Metrics
 from outpost.api.requestlog import RequestLogMiddleware
-from outpost.api.state import ServerState
+from outpost.api.state import BackendFactory, Backends, ServerState
 
 
-def _lifespan(state: ServerState, factory: Callable[[], Any] | None) -> Any:
+def _lifespan(state: ServerState, factory: BackendFactory | None) -> Any:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         loader = asyncio.ensure_future(state.load(factory)) if factory is not None else None
@@ -42,14 +43,15 @@ def _lifespan(state: ServerState, factory: Callable[[], Any] | None) -> Any:
     return lifespan
 
 
-def create_app(engine: Any, config: ServerConfig) -> FastAPI:
-    """An app serving `engine` (an `outpost.runtime.Engine`), or what `engine()` loads if it is callable."""
+def create_app(backends: Backends | BackendFactory, config: ServerConfig) -> FastAPI:
+    """An app serving `backends` (model id -> InferenceBackend), or what `backends()` loads."""
     metrics = Metrics()
     state = ServerState(config, metrics)
-    factory: Callable[[], Any] | None = engine if callable(engine) else None
+    factory: BackendFactory | None = backends if callable(backends) else None
     if factory is None:
-        state.engine, state.status = engine, "ok"
-    metrics.bind_engine(lambda: state.engine.core.scheduler if state.engine is not None else None)
+        assert not callable(backends)
+        state.install(backends)
+    metrics.bind_stats(state.stats)
     app = FastAPI(
         title="Outpost",
         version=getattr(outpost, "__version__", "0"),

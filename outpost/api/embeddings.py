@@ -28,25 +28,17 @@ def _encode(vector: list[float], fmt: str) -> list[float] | str:
     return vector
 
 
-def _split(result: Any, texts: list[str]) -> tuple[list[list[float]], int]:
-    """`Embedder.embed` returns (vectors, tokens read); tolerate a bare list of vectors too."""
-    if isinstance(result, tuple):
-        vectors, n_tokens = result
-        return list(vectors), int(n_tokens)
-    return list(result), sum(len(t.split()) for t in texts)
-
-
 @router.post("/v1/embeddings", tags=["openai"])
 @router.post("/embeddings", include_in_schema=False)
 async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]:
     """Sentence embeddings for a string or a list of strings."""
     state = state_of(request)
-    state.ready_engine()
+    backend = state.ready_backend()
     extra = [Path(state.config.embedding_model).stem] if state.config.embedding_model else []
     mapping.check_model(body.model, state.model_id, also=extra)
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
     try:
-        vectors, n_tokens = _split(await state.embed(texts), texts)
+        vectors, n_tokens = await backend.embed(texts)
     except ValueError as exc:  # an input longer than the embedding context
         raise bad_request(str(exc), param="input") from exc
     except RuntimeError as exc:

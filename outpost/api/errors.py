@@ -16,8 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from outpost.engine.chat_template import ChatTemplateError
-from outpost.messages import QueueFull, RequestRejected
+from outpost.messages import ChatTemplateError, QueueFull, RequestRejected
 
 _log = logging.getLogger("outpost.api")
 

@@ -1,8 +1,9 @@
 """Running one `GenerateRequest` for an HTTP request: admission, events, metrics, cancellation.
 
-`Generation.start()` submits at once, so a full queue or a rejected request becomes a 429/400
-before any byte of the reply is sent; `events()` then streams `TokenEvent`s. Closing or cancelling
-the stream aborts the request in the engine (EngineClient.generate does that). Non-streaming
+`Generation.start()` awaits the backend's admission (`InferenceBackend.submit`, which raises
+before accepting), so a full queue, a rejected request or an unreachable backend becomes a
+429/400/503 before any byte of the reply is sent; `events()` then streams `TokenEvent`s. Closing or cancelling
+the stream aborts the request in the backend (EventStream.aclose does that). Non-streaming
 routes run `until_disconnect()` so a client that hangs up frees its slot within one engine step,
 during prefill too.
 """
@@ -17,7 +18,9 @@ from typing import Any, TypeVar
 
 from outpost.api.errors import ApiError, from_engine_rejection, queue_full
 from outpost.api.metrics import Metrics, RequestObserver
+from outpost.backend import EventStream, InferenceBackend
 from outpost.messages import (
+    BackendUnavailable,
     FinishReason,
     GenerateRequest,
     QueueFull,
@@ -63,6 +66,10 @@ def admission_error(exc: BaseException) -> ApiError:
         return queue_full(str(exc) or "the server is busy; retry later")
     if isinstance(exc, RequestRejected):
         return from_engine_rejection(exc)
+    if isinstance(exc, BackendUnavailable):
+        return ApiError(
+            503, str(exc), code="unavailable", headers={"Retry-After": str(max(1, round(exc.retry_after)))}
+        )
     if isinstance(exc, RuntimeError):
         return ApiError(503, f"the engine is not accepting requests: {exc}", code="unavailable")
     raise exc
@@ -91,57 +98,38 @@ def outcome_error(outcome: Outcome, timeout: float) -> ApiError | None:
 
 
 class Generation:
-    """One request in the engine, seen from the HTTP side."""
+    """One request in the backend, seen from the HTTP side."""
 
-    def __init__(self, engine: Any, request: GenerateRequest, metrics: Metrics) -> None:
+    def __init__(self, backend: InferenceBackend, request: GenerateRequest, metrics: Metrics) -> None:
         self.request = request
-        self._client = engine.client
+        self._backend = backend
         self._observer = RequestObserver(metrics, request.arrival_time, len(request.prompt_tokens))
-        self._agen: Any = None  # the EngineClient.generate async generator
-        self._first: asyncio.Future[TokenEvent] | None = None
+        self._stream: EventStream | None = None
 
     async def start(self) -> None:
-        """Submit the request; raises ApiError (429/400/503) if the engine refuses it."""
-        agen = self._client.generate(self.request)
-        first: asyncio.Future[TokenEvent] = asyncio.ensure_future(agen.__anext__())
+        """Submit the request; raises ApiError (429/400/503) if the backend refuses it."""
         try:
-            await asyncio.sleep(0)  # lets `first` run up to its first await: the submit has happened
-        except BaseException:
-            first.cancel()  # cancelled right here: abort what was submitted
-            raise
-        failure = first.exception() if first.done() else None
-        if failure is not None:
-            raise admission_error(failure)
-        self._agen, self._first = agen, first
+            self._stream = await self._backend.submit(self.request)
+        except (QueueFull, RequestRejected, RuntimeError) as exc:
+            raise admission_error(exc) from exc
 
     async def events(self) -> AsyncIterator[TokenEvent]:
         """The request's events; leaving early aborts the request."""
-        assert self._agen is not None and self._first is not None, "call start() first"
-        agen, first = self._agen, self._first
+        assert self._stream is not None, "call start() first"
+        stream = self._stream
         try:
-            event = await first
-            self._observer.on_event(event)
-            yield event
-            while not event.finished:
-                event = await agen.__anext__()
+            async for event in stream:
                 self._observer.on_event(event)
                 yield event
+                if event.finished:
+                    return
         finally:
-            if not first.done():
-                first.cancel()  # the generator's own finally aborts the request
-            else:
-                await agen.aclose()
+            await stream.aclose()
 
     async def cancel(self) -> None:
         """Abort a started generation whose events() is never iterated."""
-        if self._first is None:
-            return
-        if not self._first.done():
-            self._first.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await self._first
-        else:
-            await self._agen.aclose()
+        if self._stream is not None:
+            await self._stream.aclose()
 
     async def collect(self) -> Outcome:
         out = self.new_outcome()

@@ -28,6 +28,7 @@ from outpost.api.requestlog import record_of
 from outpost.api.schemas import ChatCompletionRequest, CompletionRequest
 from outpost.api.state import ServerState
 from outpost.api.streaming import StreamSpec, chat_stream, completion_stream, sse_response
+from outpost.backend import InferenceBackend
 
 CLIENT_CLOSED = 499  # nginx's status for "the client closed the connection first"
 
@@ -55,13 +56,19 @@ async def wait_outcomes(request: Request, gens: list[Generation]) -> list[Outcom
 
 
 def _spec(
-    state: ServerState, request: Request, rid: str, logprobs: bool, body: Any, prompts: list[str]
+    state: ServerState,
+    request: Request,
+    served: tuple[str, InferenceBackend],
+    rid: str,
+    logprobs: bool,
+    body: Any,
+    prompts: list[str],
 ) -> StreamSpec:
     opts = body.stream_options
     return StreamSpec(
         rid=rid,
-        model=state.model_id,
-        vocab=state.engine.vocab,
+        model=served[0],
+        codec=served[1].codec,
         logprobs=logprobs,
         include_usage=bool(opts and opts.include_usage),
         timeout=state.config.request_timeout,
@@ -72,33 +79,33 @@ def _spec(
 
 
 async def handle_chat(state: ServerState, body: ChatCompletionRequest, request: Request) -> Response:
-    engine = state.ready_engine()
+    model_id, backend = served = state.backend_for(body.model)
+    codec = backend.codec
     arrival = time.monotonic()
-    mapping.check_model(body.model, state.model_id)
     mapping.check_n(body.n)
-    text, tokens = await asyncio.to_thread(mapping.chat_prompt, engine, body.messages)
+    text, tokens = await asyncio.to_thread(mapping.chat_prompt, codec, body.messages)
     requested, param = _max_tokens(body)
     cfg = state.config
     max_tokens = mapping.resolve_max_tokens(
-        len(tokens), requested, engine.n_ctx_seq, cfg.default_max_tokens, param
+        len(tokens), requested, backend.n_ctx_seq, cfg.default_max_tokens, param
     )
     n_probs = (body.top_logprobs or 0) if body.logprobs else -1
-    sampling = mapping.sampling_params(engine, body, n_probs)
+    sampling = mapping.sampling_params(codec, body, n_probs)
     rid = mapping.new_request_id("chatcmpl")
     record_of(request).id = rid
     stop = mapping.stop_strings(body.stop)
     req = mapping.generate_request(tokens, max_tokens, sampling, stop, rid, cfg.request_timeout, arrival)
-    gen = Generation(engine, req, state.metrics)
+    gen = Generation(backend, req, state.metrics)
     await gen.start()
     if body.stream:
-        spec = _spec(state, request, rid, bool(body.logprobs), body, [text])
+        spec = _spec(state, request, served, rid, bool(body.logprobs), body, [text])
         return sse_response(chat_stream(gen, spec), [gen])
     (out,) = await wait_outcomes(request, [gen])
     record_of(request).add_outcome(out, text, cfg.log_prompts)
     err = outcome_error(out, cfg.request_timeout)
     if err is not None:
         raise err
-    return JSONResponse(render.chat_completion(rid, state.model_id, out, engine.vocab, bool(body.logprobs)))
+    return JSONResponse(render.chat_completion(rid, model_id, out, codec, bool(body.logprobs)))
 
 
 def _prompts(body: CompletionRequest) -> list[str | list[int]]:
@@ -112,31 +119,31 @@ def _prompts(body: CompletionRequest) -> list[str | list[int]]:
 
 
 async def handle_completion(state: ServerState, body: CompletionRequest, request: Request) -> Response:
-    engine = state.ready_engine()
+    model_id, backend = served = state.backend_for(body.model)
+    codec = backend.codec
     arrival = time.monotonic()
-    mapping.check_model(body.model, state.model_id)
     mapping.check_n(body.n)
     cfg = state.config
     prompts = _prompts(body)
-    token_lists = [await asyncio.to_thread(mapping.prompt_tokens, engine, p) for p in prompts]
+    token_lists = [await asyncio.to_thread(mapping.prompt_tokens, codec, p) for p in prompts]
     n_probs = body.logprobs if body.logprobs is not None else -1
-    sampling = mapping.sampling_params(engine, body, n_probs)
+    sampling = mapping.sampling_params(codec, body, n_probs)
     stop = mapping.stop_strings(body.stop)
     rid = mapping.new_request_id("cmpl")
     record_of(request).id = rid
     gens = []
     for i, tokens in enumerate(token_lists):
         budget = mapping.resolve_max_tokens(
-            len(tokens), body.max_tokens, engine.n_ctx_seq, cfg.default_max_tokens
+            len(tokens), body.max_tokens, backend.n_ctx_seq, cfg.default_max_tokens
         )
         sub_id = rid if len(token_lists) == 1 else f"{rid}-{i}"
         req = mapping.generate_request(tokens, budget, sampling, stop, sub_id, cfg.request_timeout, arrival)
-        gens.append(Generation(engine, req, state.metrics))
+        gens.append(Generation(backend, req, state.metrics))
     await start_all(gens)
     wants_text = cfg.log_prompts or bool(body.echo)
-    texts = [p if isinstance(p, str) else engine.vocab.detokenize(p) if wants_text else "" for p in prompts]
+    texts = [p if isinstance(p, str) else codec.detokenize(p) if wants_text else "" for p in prompts]
     if body.stream:
-        spec = _spec(state, request, rid, body.logprobs is not None, body, texts)
+        spec = _spec(state, request, served, rid, body.logprobs is not None, body, texts)
         return sse_response(completion_stream(gens, spec), gens)
     outs = await wait_outcomes(request, gens)
     for text, out in zip(texts, outs, strict=True):
@@ -145,7 +152,5 @@ async def handle_completion(state: ServerState, body: CompletionRequest, request
     if err is not None:
         raise err
     prefixes = texts if body.echo else [""] * len(outs)
-    reply = render.text_completion(
-        rid, state.model_id, outs, engine.vocab, body.logprobs is not None, prefixes
-    )
+    reply = render.text_completion(rid, model_id, outs, codec, body.logprobs is not None, prefixes)
     return JSONResponse(reply)

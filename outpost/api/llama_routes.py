@@ -20,42 +20,43 @@ router = APIRouter()
 @router.post("/tokenize", tags=["llama.cpp"])
 async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
     """Text -> token ids (`with_pieces`: each id with its text)."""
-    engine = state_of(request).ready_engine()
-    tokens = await asyncio.to_thread(engine.vocab.tokenize, body.content, body.add_special, True)
+    codec = state_of(request).ready_backend().codec
+    tokens = await asyncio.to_thread(codec.tokenize, body.content, body.add_special, True)
     if not body.with_pieces:
         return {"tokens": tokens}
-    pieces = [bytes(engine.vocab.token_to_piece(t)).decode("utf-8", errors="replace") for t in tokens]
+    pieces = [codec.token_piece(t).decode("utf-8", errors="replace") for t in tokens]
     return {"tokens": [{"id": t, "piece": p} for t, p in zip(tokens, pieces, strict=True)]}
 
 
 @router.post("/detokenize", tags=["llama.cpp"])
 async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
     """Token ids -> text."""
-    engine = state_of(request).ready_engine()
-    mapping.check_token_ids(engine, body.tokens, "tokens")
-    return {"content": engine.vocab.detokenize(body.tokens)}
+    codec = state_of(request).ready_backend().codec
+    mapping.check_token_ids(codec, body.tokens, "tokens")
+    return {"content": codec.detokenize(body.tokens)}
 
 
 @router.post("/apply-template", tags=["llama.cpp"])
 async def apply_template(body: ApplyTemplateRequest, request: Request) -> dict[str, Any]:
     """The prompt the chat template renders for `messages` (with the generation prompt)."""
-    engine = state_of(request).ready_engine()
-    return {"prompt": await asyncio.to_thread(mapping.render_chat, engine, body.messages)}
+    codec = state_of(request).ready_backend().codec
+    return {"prompt": await asyncio.to_thread(mapping.render_chat, codec, body.messages)}
 
 
 @router.get("/health", tags=["ops"])
 async def health(request: Request) -> JSONResponse:
     """200 with slot and queue figures when ready; 503 while loading, draining or failed."""
     state = state_of(request)
-    engine = state.engine
-    scheduler = engine.core.scheduler if engine is not None else None
+    stats = state.stats()
     body: dict[str, Any] = {
         "status": state.status,
         "model": state.model_id,
-        "slots_total": state.config.parallel,
-        "slots_busy": scheduler.slots_busy if scheduler is not None else 0,
-        "queue_depth": scheduler.queue_depth if scheduler is not None else 0,
+        "slots_total": stats.slots_total if stats is not None else state.config.parallel,
+        "slots_busy": stats.slots_busy if stats is not None else 0,
+        "queue_depth": stats.queue_depth if stats is not None else 0,
     }
+    if stats is not None:
+        body.update(stats.extra)
     if state.load_error:
         body["error"] = state.load_error
     return JSONResponse(body, status_code=200 if state.status == "ok" else 503)

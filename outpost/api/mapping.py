@@ -15,13 +15,14 @@ from typing import Any
 
 from outpost.api.errors import ApiError, bad_request, context_length_exceeded
 from outpost.api.schemas import ChatMessage, ResponseFormat, SamplingFields
-from outpost.engine.chat_template import ChatTemplateError
-from outpost.messages import GenerateRequest, SamplingParams
+from outpost.backend import PromptCodec
+from outpost.messages import ChatTemplateError, GenerateRequest, SamplingParams
 
 DEFAULTS = SamplingParams()  # llama-server's defaults live in the dataclass
 
 
 def check_model(requested: str | None, served: str, also: Sequence[str] = ()) -> None:
+    """404 unless `requested` is empty, the served model or one of `also` (embeddings' own model)."""
     if requested and requested != served and requested not in also:
         raise ApiError(
             404,
@@ -47,29 +48,29 @@ def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return out
 
 
-def render_chat(engine: Any, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+def render_chat(codec: PromptCodec, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
     try:
-        return str(engine.render_chat(message_dicts(messages), add_generation_prompt=add_generation_prompt))
+        return codec.render_chat(message_dicts(messages), add_generation_prompt=add_generation_prompt)
     except ChatTemplateError:
         raise
     except Exception as exc:  # a template's own jinja code failing on these messages
         raise bad_request(f"the chat template failed on these messages: {exc}", param="messages") from exc
 
 
-def chat_prompt(engine: Any, messages: list[ChatMessage]) -> tuple[str, list[int]]:
-    text = render_chat(engine, messages)
-    return text, list(engine.tokenize_prompt(text))
+def chat_prompt(codec: PromptCodec, messages: list[ChatMessage]) -> tuple[str, list[int]]:
+    text = render_chat(codec, messages)
+    return text, codec.tokenize_prompt(text)
 
 
-def prompt_tokens(engine: Any, prompt: str | list[int]) -> list[int]:
+def prompt_tokens(codec: PromptCodec, prompt: str | list[int]) -> list[int]:
     if isinstance(prompt, str):
-        return list(engine.tokenize_prompt(prompt))
-    check_token_ids(engine, prompt, "prompt")
+        return codec.tokenize_prompt(prompt)
+    check_token_ids(codec, prompt, "prompt")
     return list(prompt)
 
 
-def check_token_ids(engine: Any, tokens: Sequence[int], param: str) -> None:
-    n_vocab = int(engine.vocab.n_tokens)
+def check_token_ids(codec: PromptCodec, tokens: Sequence[int], param: str) -> None:
+    n_vocab = codec.n_vocab
     bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
     if bad is not None:
         raise bad_request(f"token id {bad} is out of range: the vocabulary has {n_vocab} tokens", param=param)
@@ -108,10 +109,10 @@ def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
     return tuple(s for s in items if s)
 
 
-def logit_bias(engine: Any, bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+def logit_bias(codec: PromptCodec, bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
     if not bias:
         return ()
-    n_vocab = int(engine.vocab.n_tokens)
+    n_vocab = codec.n_vocab
     out: list[tuple[int, float]] = []
     for key, value in bias.items():
         try:
@@ -143,7 +144,7 @@ def grammar_for(fmt: ResponseFormat | None) -> str | None:
         raise bad_request(f"invalid JSON schema: {exc}", param="response_format") from exc
 
 
-def sampling_params(engine: Any, body: SamplingFields, n_probs: int = -1) -> SamplingParams:
+def sampling_params(codec: PromptCodec, body: SamplingFields, n_probs: int = -1) -> SamplingParams:
     d = DEFAULTS
     return SamplingParams(
         temperature=d.temperature if body.temperature is None else body.temperature,
@@ -154,7 +155,7 @@ def sampling_params(engine: Any, body: SamplingFields, n_probs: int = -1) -> Sam
         presence_penalty=body.presence_penalty or 0.0,
         frequency_penalty=body.frequency_penalty or 0.0,
         seed=None if body.seed is None or body.seed == -1 else body.seed & 0xFFFFFFFF,
-        logit_bias=logit_bias(engine, body.logit_bias),
+        logit_bias=logit_bias(codec, body.logit_bias),
         ignore_eos=bool(body.ignore_eos),
         grammar=grammar_for(body.response_format),
         n_probs=n_probs,

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST as PROMETHEUS_CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from outpost.backend import BackendStats
 from outpost.messages import Timings, TokenEvent
 
 __all__ = ["PROMETHEUS_CONTENT_TYPE", "Metrics", "RequestObserver"]
@@ -49,13 +49,13 @@ class Metrics:
         self.queue_depth = Gauge("outpost_queue_depth", "Requests waiting for a slot", registry=r)
         self.kv_cells_used = Gauge("outpost_kv_cells_used", "KV cache cells in use", registry=r)
 
-    def bind_engine(self, scheduler_of: Callable[[], Any]) -> None:
-        """Read the gauges from `scheduler_of()` (None while loading) whenever metrics are scraped."""
+    def bind_stats(self, stats_of: Callable[[], BackendStats | None]) -> None:
+        """Read the gauges from `stats_of()` (None while loading) whenever metrics are scraped."""
 
         def read(attr: str) -> Callable[[], float]:
             def value() -> float:
-                scheduler = scheduler_of()
-                return float(getattr(scheduler, attr)) if scheduler is not None else 0.0
+                stats = stats_of()
+                return float(getattr(stats, attr)) if stats is not None else 0.0
 
             return value
 

@@ -12,6 +12,7 @@ from fastapi.responses import Response
 from outpost.api.errors import ApiError
 from outpost.api.handlers import handle_chat, handle_completion, state_of
 from outpost.api.schemas import ChatCompletionRequest, CompletionRequest
+from outpost.backend import InferenceBackend
 
 router = APIRouter()
 _STARTED = int(time.time())
@@ -31,32 +32,27 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     return await handle_completion(state_of(request), body, request)
 
 
-def _model_card(request: Request) -> dict[str, Any]:
-    state = state_of(request)
-    card: dict[str, Any] = {
-        "id": state.model_id,
-        "object": "model",
-        "created": _STARTED,
-        "owned_by": "outpost",
-    }
-    if state.engine is not None:
-        card["meta"] = state.engine.model.describe()
-        card["meta"]["n_ctx_seq"] = state.engine.n_ctx_seq
+def _model_card(model_id: str, backend: InferenceBackend | None) -> dict[str, Any]:
+    card: dict[str, Any] = {"id": model_id, "object": "model", "created": _STARTED, "owned_by": "outpost"}
+    if backend is not None:
+        card["meta"] = {**backend.describe(), "n_ctx_seq": backend.n_ctx_seq}
     return card
 
 
 @router.get("/v1/models", tags=["openai"])
 @router.get("/models", include_in_schema=False)
 async def list_models(request: Request) -> dict[str, Any]:
-    """The one model this server serves; its `id` is what requests may put in `model`."""
-    return {"object": "list", "data": [_model_card(request)]}
+    """The models this server serves; an `id` is what requests may put in `model`."""
+    state = state_of(request)
+    cards = [_model_card(m, state.backends.get(m)) for m in state.model_ids]
+    return {"object": "list", "data": cards}
 
 
 @router.get("/v1/models/{model_id}", tags=["openai"])
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
-    card = _model_card(request)
-    if model_id != card["id"]:
+    state = state_of(request)
+    if model_id not in state.model_ids:
         raise ApiError(
             404, f"the model {model_id!r} does not exist here", param="model", code="model_not_found"
         )
-    return card
+    return _model_card(model_id, state.backends.get(model_id))

@@ -1,7 +1,7 @@
 """OpenAI reply objects as plain dicts: chat.completion(.chunk), text_completion, usage, logprobs.
 
 Pure functions of an `Outcome` or `TokenEvent`; token text for logprobs comes from the engine's
-vocabulary (`token_to_piece`).
+vocabulary (`PromptCodec.token_piece`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from outpost.api.generation import Outcome
+from outpost.backend import PromptCodec
 from outpost.messages import FinishReason, Timings, TokenLogprob
 
 FINGERPRINT = "outpost"
@@ -36,30 +37,30 @@ def _lp(value: float) -> float:
     return value if math.isfinite(value) else -9999.0
 
 
-def _piece(vocab: Any, token: int) -> tuple[str, list[int]]:
-    raw = bytes(vocab.token_to_piece(token))
+def _piece(codec: PromptCodec, token: int) -> tuple[str, list[int]]:
+    raw = codec.token_piece(token)
     return raw.decode("utf-8", errors="replace"), list(raw)
 
 
-def chat_logprobs(vocab: Any, items: list[TokenLogprob]) -> dict[str, Any]:
+def chat_logprobs(codec: PromptCodec, items: list[TokenLogprob]) -> dict[str, Any]:
     content = []
     for lp in items:
-        text, raw = _piece(vocab, lp.token)
+        text, raw = _piece(codec, lp.token)
         top = []
         for token, value in lp.top:
-            t_text, t_raw = _piece(vocab, token)
+            t_text, t_raw = _piece(codec, token)
             top.append({"token": t_text, "logprob": _lp(value), "bytes": t_raw})
         content.append({"token": text, "logprob": _lp(lp.logprob), "bytes": raw, "top_logprobs": top})
     return {"content": content, "refusal": None}
 
 
-def completion_logprobs(vocab: Any, items: list[TokenLogprob], offset: int = 0) -> dict[str, Any]:
+def completion_logprobs(codec: PromptCodec, items: list[TokenLogprob], offset: int = 0) -> dict[str, Any]:
     tokens, values, tops, offsets = [], [], [], []
     for lp in items:
-        text, _ = _piece(vocab, lp.token)
+        text, _ = _piece(codec, lp.token)
         tokens.append(text)
         values.append(_lp(lp.logprob))
-        tops.append({_piece(vocab, t)[0]: _lp(v) for t, v in lp.top})
+        tops.append({_piece(codec, t)[0]: _lp(v) for t, v in lp.top})
         offsets.append(offset)
         offset += len(text)
     return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
@@ -75,13 +76,15 @@ def _head(obj: str, rid: str, model: str, created: int | None) -> dict[str, Any]
     }
 
 
-def chat_completion(rid: str, model: str, out: Outcome, vocab: Any, with_logprobs: bool) -> dict[str, Any]:
+def chat_completion(
+    rid: str, model: str, out: Outcome, codec: PromptCodec, with_logprobs: bool
+) -> dict[str, Any]:
     reply = _head("chat.completion", rid, model, None)
     reply["choices"] = [
         {
             "index": 0,
             "message": {"role": "assistant", "content": out.text},
-            "logprobs": chat_logprobs(vocab, out.logprobs) if with_logprobs else None,
+            "logprobs": chat_logprobs(codec, out.logprobs) if with_logprobs else None,
             "finish_reason": finish_reason(out.finish),
         }
     ]
@@ -91,14 +94,14 @@ def chat_completion(rid: str, model: str, out: Outcome, vocab: Any, with_logprob
 
 
 def text_completion(
-    rid: str, model: str, outs: list[Outcome], vocab: Any, with_logprobs: bool, prefixes: list[str]
+    rid: str, model: str, outs: list[Outcome], codec: PromptCodec, with_logprobs: bool, prefixes: list[str]
 ) -> dict[str, Any]:
     reply = _head("text_completion", rid, model, None)
     reply["choices"] = [
         {
             "index": i,
             "text": prefixes[i] + out.text,
-            "logprobs": completion_logprobs(vocab, out.logprobs, len(prefixes[i])) if with_logprobs else None,
+            "logprobs": completion_logprobs(codec, out.logprobs, len(prefixes[i])) if with_logprobs else None,
             "finish_reason": finish_reason(out.finish),
         }
         for i, out in enumerate(outs)

@@ -77,13 +77,13 @@ def tgi_sampling(p: TgiParameters) -> SamplingParams:
 
 
 async def handle_tgi(state: ServerState, body: TgiRequest, request: Request) -> Response:
-    engine = state.ready_engine()
+    backend = state.ready_backend()
     arrival = time.monotonic()
     cfg = state.config
-    tokens = await asyncio.to_thread(engine.tokenize_prompt, body.inputs)
+    tokens = await asyncio.to_thread(backend.codec.tokenize_prompt, body.inputs)
     p = body.parameters
     max_tokens = mapping.resolve_max_tokens(
-        len(tokens), p.max_new_tokens, engine.n_ctx_seq, cfg.default_max_tokens, "max_new_tokens"
+        len(tokens), p.max_new_tokens, backend.n_ctx_seq, cfg.default_max_tokens, "max_new_tokens"
     )
     rid = mapping.new_request_id("tgi")
     record_of(request).id = rid
@@ -91,7 +91,7 @@ async def handle_tgi(state: ServerState, body: TgiRequest, request: Request) -> 
     req = mapping.generate_request(
         tokens, max_tokens, tgi_sampling(p), stop, rid, cfg.request_timeout, arrival
     )
-    gen = Generation(engine, req, state.metrics)
+    gen = Generation(backend, req, state.metrics)
     await gen.start()
     (out,) = await wait_outcomes(request, [gen])
     record_of(request).add_outcome(out, body.inputs, cfg.log_prompts)

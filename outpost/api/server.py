@@ -11,31 +11,31 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
 from functools import partial
 from types import FrameType
-from typing import Any
 
 import uvicorn
 
 from outpost.api.app import create_app
 from outpost.api.config import ServerConfig
 from outpost.api.requestlog import access_log
-from outpost.api.state import ServerState
+from outpost.api.state import BackendFactory, Backends, ServerState
 
 _log = logging.getLogger("outpost.api")
 
 
-def build_engine(config: ServerConfig) -> Any:
+def build_local_backends(config: ServerConfig) -> Backends:
     """Load the model and start its engine thread (runs in a worker thread at startup)."""
+    from outpost.local import LocalBackend
     from outpost.runtime import Engine
 
-    return Engine(
+    engine = Engine(
         config.engine_config(),
         max_queue=config.max_queue,
         prefix_cache=config.prefix_cache,
         idle_cache_cells=config.cache_idle_cells,
     )
+    return {config.served_model_id: LocalBackend(engine, config.embedding_model, config.threads or 0)}
 
 
 def configure_logging() -> None:
@@ -77,7 +77,7 @@ class DrainingServer(uvicorn.Server):
                     state.model_id,
                     self.url,
                     state.config.parallel,
-                    _engine_summary(state.engine),
+                    _engine_summary(state),
                 )
         if state.status == "failed" and not self.should_exit:
             self.exit_code = 1
@@ -93,11 +93,11 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def serve(config: ServerConfig, engine_factory: Callable[[], Any] | None = None) -> int:
+def serve(config: ServerConfig, backend_factory: BackendFactory | None = None) -> int:
     """Serve until stopped; returns the process exit code."""
     config.engine_config()  # a bad model file is a usage error, before anything starts
     configure_logging()
-    app = create_app(engine_factory or partial(build_engine, config), config)
+    app = create_app(backend_factory or partial(build_local_backends, config), config)
     uv_config = uvicorn.Config(
         app,
         host=config.host,
@@ -118,14 +118,11 @@ def serve(config: ServerConfig, engine_factory: Callable[[], Any] | None = None)
     return server.exit_code
 
 
-def _engine_summary(engine: Any) -> str:
-    """What decides speed, for the ready line: positions per request, weight layout, KV sharing."""
-    model: Any = getattr(engine, "model", None)
-    config = getattr(model, "config", None)
-    if config is None:  # a test's stand-in engine
-        return ""
-    kv = "one KV pool" if model.kv_unified else "a KV stream per slot"
-    return f", {engine.n_ctx_seq} positions per request, {config.weight_layout} weights, {kv}"
+def _engine_summary(state: ServerState) -> str:
+    """What decides speed, for the ready line (a local engine's `describe()["serving"]`)."""
+    backend = next(iter(state.backends.values()), None)
+    serving = backend.describe().get("serving") if backend is not None else None
+    return f", {serving}" if serving else ""
 
 
-__all__ = ["DrainingServer", "build_engine", "serve"]
+__all__ = ["DrainingServer", "build_local_backends", "serve"]

@@ -1,107 +1,94 @@
-"""The server's shared state: the engine (once loaded), its lifecycle status, in-flight count, embedder.
+"""The server's shared state: the backends (once loaded) by model id, lifecycle status, in-flight count.
 
-Routes reach it as `request.app.state.server`. The engine is loaded in a worker thread at
-startup, so `status` moves `loading` -> `ok` (or `failed`), and to `draining` on SIGTERM.
+Routes reach it as `request.app.state.server`. Backends are `outpost.backend.InferenceBackend`s:
+one local engine for `outpost serve`, one remote backend per model for a gateway. They load in a
+worker thread at startup, so `status` moves `loading` -> `ok` (or `failed`), and to `draining`
+on SIGTERM.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Mapping
+from typing import Literal
 
 from outpost.api.config import ServerConfig
 from outpost.api.errors import ApiError, not_ready
 from outpost.api.metrics import Metrics
+from outpost.backend import BackendStats, InferenceBackend
 
 _log = logging.getLogger("outpost.api")
 
 Status = Literal["loading", "ok", "draining", "failed"]
-
-
-class EmbedderLike(Protocol):
-    def embed(self, texts: list[str]) -> Any: ...
-
-    def close(self) -> None: ...
+Backends = Mapping[str, InferenceBackend]  # model id -> backend; the first is the default
+BackendFactory = Callable[[], Backends]
 
 
 class ServerState:
-    """Everything routes share. Mutated only on the event loop, except `engine` set by the loader."""
+    """Everything routes share. Mutated only on the event loop, except `backends` set by the loader."""
 
     def __init__(self, config: ServerConfig, metrics: Metrics) -> None:
         self.config = config
         self.metrics = metrics
         self.model_id = config.served_model_id
-        self.engine: Any = None  # outpost.runtime.Engine, or a stand-in with the same surface in tests
+        self.backends: dict[str, InferenceBackend] = {}
         self.status: Status = "loading"
         self.load_error: str | None = None
         self.inflight = 0  # requests being answered, health and metrics excluded
-        self._embedder: EmbedderLike | None = None
-        self._embedder_lock = asyncio.Lock()
-        self._embed_lock = threading.Lock()
 
-    def ready_engine(self) -> Any:
-        """The engine, or a 503 while loading / draining."""
-        if self.status != "ok" or self.engine is None:
+    @property
+    def model_ids(self) -> list[str]:
+        return list(self.backends) or [self.model_id]
+
+    def backend_for(self, requested: str | None) -> tuple[str, InferenceBackend]:
+        """The (model id, backend) a request names (None: the default), or a 503 / 404."""
+        if self.status != "ok" or not self.backends:
             if self.status == "failed":
                 raise ApiError(503, f"the model failed to load: {self.load_error}", code="load_failed")
             raise not_ready(self.status)
-        return self.engine
+        if not requested:
+            return next(iter(self.backends.items()))
+        backend = self.backends.get(requested)
+        if backend is None:
+            served = ", ".join(repr(m) for m in self.backends)
+            raise ApiError(
+                404,
+                f"the model {requested!r} does not exist here; this server serves {served} (see /v1/models)",
+                param="model",
+                code="model_not_found",
+            )
+        return requested, backend
+
+    def ready_backend(self) -> InferenceBackend:
+        """The default backend, or a 503 while loading / draining."""
+        return self.backend_for(None)[1]
+
+    def stats(self) -> BackendStats | None:
+        """The default backend's load figures, None while loading."""
+        backend = next(iter(self.backends.values()), None)
+        return backend.stats() if backend is not None else None
 
     def begin_drain(self) -> None:
         if self.status != "draining":
             _log.warning("draining: refusing new requests, finishing %d in flight", self.inflight)
             self.status = "draining"
 
-    async def load(self, factory: Callable[[], Any]) -> None:
+    def install(self, backends: Backends) -> None:
+        self.backends = dict(backends)
+        if self.status == "loading":
+            self.status = "ok"
+
+    async def load(self, factory: BackendFactory) -> None:
         try:
-            self.engine = await asyncio.to_thread(factory)
+            backends = await asyncio.to_thread(factory)
         except Exception as exc:
             self.status, self.load_error = "failed", " ".join(str(exc).split()) or type(exc).__name__
             _log.error("model failed to load: %s", self.load_error)
             return
-        if self.status == "loading":
-            self.status = "ok"
-
-    async def embedder(self) -> EmbedderLike:
-        """The embedding model, loaded on first use on its own llama context."""
-        async with self._embedder_lock:
-            embedder = self._embedder
-            if embedder is None:
-                if self.engine is not None:  # loading may run OpenMP kernels: engine thread only
-                    job: Future[EmbedderLike] = self.engine.core.run_on_engine_thread(self._load_embedder)
-                    embedder = await asyncio.wrap_future(job)
-                else:
-                    embedder = await asyncio.to_thread(self._load_embedder)
-                self._embedder = embedder
-            return embedder
-
-    def _load_embedder(self) -> EmbedderLike:
-        from outpost.engine.embedding import Embedder
-
-        path = self.config.embedding_model or self.config.model_path
-        return Embedder(path, n_threads=self.config.threads)
-
-    async def embed(self, texts: list[str]) -> Any:
-        embedder = await self.embedder()
-
-        def run() -> Any:
-            with self._embed_lock:
-                return embedder.embed(texts)
-
-        if self.engine is not None and self.engine.core.alive:
-            # On the engine thread, between steps: a second thread driving llama.cpp's OpenMP
-            # kernels would throttle their spin-waits and slow every decode down.
-            return await asyncio.wrap_future(self.engine.core.run_on_engine_thread(run))
-        return await asyncio.to_thread(run)
+        self.install(backends)
 
     def close(self) -> None:
-        if self._embedder is not None:
-            self._embedder.close()
-            self._embedder = None
-        if self.engine is not None:
-            self.engine.close()
-            self.engine = None
+        backends, self.backends = self.backends, {}
+        for backend in backends.values():
+            backend.close()

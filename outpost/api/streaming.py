@@ -24,6 +24,7 @@ from outpost.api import render
 from outpost.api.errors import ApiError
 from outpost.api.generation import Generation, Outcome, finish_error
 from outpost.api.requestlog import RequestRecord
+from outpost.backend import PromptCodec
 
 _log = logging.getLogger("outpost.api")
 T = TypeVar("T")
@@ -61,7 +62,7 @@ class StreamSpec:
 
     rid: str
     model: str
-    vocab: Any
+    codec: PromptCodec
     logprobs: bool
     include_usage: bool
     timeout: float
@@ -83,7 +84,7 @@ async def chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes]
         async for event in gen.events():
             out.add(event)
             lp = (
-                render.chat_logprobs(spec.vocab, event.logprobs) if spec.logprobs and event.logprobs else None
+                render.chat_logprobs(spec.codec, event.logprobs) if spec.logprobs and event.logprobs else None
             )
             if event.text or lp:
                 yield sse(
@@ -119,7 +120,7 @@ async def completion_stream(gens: list[Generation], spec: StreamSpec) -> AsyncIt
             out.add(event)
             lp = None
             if spec.logprobs and event.logprobs:
-                lp = render.completion_logprobs(spec.vocab, event.logprobs, len(out.text) - len(event.text))
+                lp = render.completion_logprobs(spec.codec, event.logprobs, len(out.text) - len(event.text))
             err = finish_error(event.finish_reason, event.error, spec.timeout) if event.finished else None
             if err is not None:
                 yield sse(err.body())

@@ -13,7 +13,6 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-
 from outpost.messages import ChatTemplateError
 
 __all__ = ["ChatTemplate", "ChatTemplateError"]
@@ -50,14 +49,18 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
 
-    def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render(
+        self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True, **kwargs: Any
+    ) -> str:
+        """`kwargs` become template variables (`tools`, `enable_thinking`, ...), as HF passes them."""
+        variables: dict[str, Any] = {"tools": None, **kwargs}
         try:
             return self._template.render(
                 messages=list(messages),
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
-                tools=None,
+                **variables,
             )
         except ChatTemplateError:
             raise

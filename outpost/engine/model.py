@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from outpost.engine.chat_template import ChatTemplate
+from outpost.engine.codec import LlamaCodec, read_metadata
 from outpost.engine.config import EngineConfig
 from outpost.engine.lib import ensure_backend, llama, recent_problems
 from outpost.engine.logits import logits_row
@@ -66,7 +66,9 @@ class LoadedModel:
             self.kv_unified = config.effective_kv_unified
             self.n_ctx_seq = int(llama.llama_n_ctx_seq(self._ctx))  # cells one sequence may use
             self.memory = llama.llama_get_memory(self._ctx)
-            self.chat_template = self._load_chat_template()
+            self.codec = LlamaCodec(
+                self.vocab, self.config.chat_template or self.metadata("tokenizer.chat_template")
+            )
         except BaseException:
             self.close()
             raise
@@ -113,12 +115,6 @@ class LoadedModel:
         params.no_perf = True
         return params
 
-    def _load_chat_template(self) -> ChatTemplate | None:
-        source = self.config.chat_template or self.metadata("tokenizer.chat_template")
-        if not source:
-            return None
-        return ChatTemplate(source, bos_token=self.vocab.bos_text, eos_token=self.vocab.eos_text)
-
     @property
     def ctx(self) -> Any:
         return self._ctx
@@ -129,15 +125,7 @@ class LoadedModel:
 
     def metadata(self, key: str) -> str | None:
         """A GGUF metadata value as text, or None when the key is absent."""
-        size = 256
-        while True:
-            buf = ctypes.create_string_buffer(size)
-            n = int(llama.llama_model_meta_val_str(self._model, key.encode(), buf, size))
-            if n < 0:
-                return None
-            if n < size:
-                return buf.value.decode("utf-8", errors="replace")
-            size = n + 1
+        return read_metadata(self._model, key)
 
     def output_logits(self, batch_index: int) -> npt.NDArray[np.float32]:
         """A copy of the logits row the last decode produced for batch position `batch_index`."""

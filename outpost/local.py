@@ -1,0 +1,102 @@
+"""`LocalBackend`: an in-process engine thread behind the `outpost.backend.InferenceBackend` seam.
+
+`outpost serve` and a cluster worker both run one. It adds to `runtime.Engine` what the API needs
+and the engine thread should own: admission that raises before a reply starts, load figures,
+and an embedding model loaded and run on the engine thread (llama.cpp's OpenMP kernels slow every
+decode down when a second thread drives them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Protocol
+
+from outpost.backend import BackendStats, BackendUnavailable, EventStream
+from outpost.engine.codec import LlamaCodec
+from outpost.messages import GenerateRequest
+from outpost.runtime import Engine
+
+
+class Embedder(Protocol):
+    def embed(self, texts: list[str]) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class LocalBackend:
+    """One loaded model on its engine thread; satisfies `InferenceBackend`."""
+
+    def __init__(self, engine: Engine, embedding_model: str | None = None, threads: int = 0) -> None:
+        self.engine = engine
+        self._embedding_model = embedding_model or engine.model.config.model_path
+        self._threads = threads or engine.model.config.n_threads
+        self._embedder: Embedder | None = None
+        self._embedder_lock = asyncio.Lock()
+        self._embed_lock = threading.Lock()
+
+    @property
+    def codec(self) -> LlamaCodec:
+        return self.engine.codec
+
+    @property
+    def n_ctx_seq(self) -> int:
+        return int(self.engine.n_ctx_seq)
+
+    async def submit(self, request: GenerateRequest) -> EventStream:
+        try:
+            return self.engine.client.open(request)
+        except RuntimeError as exc:  # the engine thread is stopping
+            raise BackendUnavailable(f"the engine is not accepting requests: {exc}") from exc
+
+    async def abort(self, request_id: str) -> None:
+        self.engine.client.abort(request_id)
+
+    def stats(self) -> BackendStats:
+        scheduler = self.engine.core.scheduler
+        return BackendStats(
+            slots_total=self.engine.scheduler_config.n_slots,
+            slots_busy=scheduler.slots_busy,
+            queue_depth=scheduler.queue_depth,
+            kv_cells_used=scheduler.kv_cells_used,
+            kv_cells_total=self.engine.scheduler_config.n_ctx,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        model = self.engine.model
+        kv = "one KV pool" if model.kv_unified else "a KV stream per slot"
+        serving = f"{self.n_ctx_seq} positions per request, {model.config.weight_layout} weights, {kv}"
+        return {**model.describe(), "serving": serving}
+
+    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        embedder = await self._load_embedder()
+
+        def run() -> tuple[list[list[float]], int]:
+            with self._embed_lock:
+                vectors, n_tokens = embedder.embed(texts)
+                return [list(map(float, row)) for row in vectors], int(n_tokens)
+
+        if not self.engine.core.alive:
+            raise BackendUnavailable("the engine has stopped")
+        return await asyncio.wrap_future(self.engine.core.run_on_engine_thread(run))
+
+    async def _load_embedder(self) -> Embedder:
+        async with self._embedder_lock:
+            if self._embedder is None:
+                from outpost.engine.embedding import Embedder as LlamaEmbedder
+
+                path, threads = self._embedding_model, self._threads
+
+                def load() -> Embedder:
+                    return LlamaEmbedder(path, n_threads=threads)
+
+                # Loading may run OpenMP kernels: on the engine thread only.
+                self._embedder = await asyncio.wrap_future(self.engine.core.run_on_engine_thread(load))
+            return self._embedder
+
+    def close(self) -> None:
+        # The embedder's llama context is freed before the engine's thread and model go.
+        if self._embedder is not None:
+            self._embedder.close()
+            self._embedder = None
+        self.engine.close()

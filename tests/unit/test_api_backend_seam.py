@@ -1,0 +1,116 @@
+"""The API over the `InferenceBackend` protocol, with an in-memory backend (no model, no thread).
+
+What a remote backend (the gateway) relies on: admission errors raised by an *awaited* submit
+still become 429/400/503 before any byte of a 200; several models are served by id; unknown
+models are 404; /health and /v1/models read the protocol only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from fake_backend import FakeBackend
+
+from outpost.api.app import create_app
+from outpost.api.config import ServerConfig
+from outpost.messages import BackendUnavailable, QueueFull, RequestRejected
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+
+
+@pytest.fixture()
+def config(tmp_path: Path) -> ServerConfig:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    return ServerConfig(model_path=str(model), model_id="m")
+
+
+def run(coro_fn, backends, config: ServerConfig):  # type: ignore[no-untyped-def]
+    async def main():  # type: ignore[no-untyped-def]
+        app = create_app(backends, config)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await coro_fn(client)
+
+    return asyncio.run(main())
+
+
+def test_chat_and_stream_through_the_protocol(config: ServerConfig) -> None:
+    backend = FakeBackend("hello")
+
+    async def go(client: httpx.AsyncClient):  # type: ignore[no-untyped-def]
+        plain = (await client.post("/v1/chat/completions", json=CHAT)).json()
+        chunks = []
+        async with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    chunks.append(json.loads(line[6:]))
+        return plain, chunks
+
+    plain, chunks = run(go, {"m": backend}, config)
+    assert plain["choices"][0]["message"]["content"] == "hel"
+    assert plain["choices"][0]["finish_reason"] == "length"
+    assert plain["model"] == "m"
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "hel"
+    # The prompt went through the codec's chat rendering.
+    assert FakeBackend().codec.detokenize(backend.submitted[0].prompt_tokens) == "user: hi\nassistant: "
+
+
+@pytest.mark.parametrize(
+    ("refusal", "status", "retry_after"),
+    [
+        (QueueFull("queue is full"), 429, True),
+        (RequestRejected("too long"), 400, False),
+        (BackendUnavailable("broker unreachable", retry_after=3), 503, True),
+    ],
+)
+def test_an_awaited_refusal_is_an_error_status_before_any_stream_byte(
+    config: ServerConfig, refusal: BaseException, status: int, retry_after: bool
+) -> None:
+    backend = FakeBackend()
+    backend.admit.clear()  # submit awaits, as a publisher confirm does
+    backend.refuse = refusal
+
+    async def go(client: httpx.AsyncClient):  # type: ignore[no-untyped-def]
+        request = asyncio.ensure_future(client.post("/v1/chat/completions", json={**CHAT, "stream": True}))
+        for _ in range(1000):  # until the handler is parked in submit
+            if request.done():
+                break
+            await asyncio.sleep(0)
+        assert not request.done()
+        backend.admit.set()
+        return await request
+
+    r = run(go, {"m": backend}, config)
+    assert r.status_code == status
+    assert r.headers["content-type"].startswith("application/json")
+    assert "error" in r.json()
+    assert ("retry-after" in r.headers) == retry_after
+    if isinstance(refusal, BackendUnavailable):
+        assert r.headers["retry-after"] == "3"
+
+
+def test_models_by_id_and_unknown_model_is_404(config: ServerConfig) -> None:
+    a, b = FakeBackend("aaaa"), FakeBackend("bbbb")
+
+    async def go(client: httpx.AsyncClient):  # type: ignore[no-untyped-def]
+        models = (await client.get("/v1/models")).json()
+        to_b = (await client.post("/v1/chat/completions", json={**CHAT, "model": "b"})).json()
+        unknown = await client.post("/v1/chat/completions", json={**CHAT, "model": "zzz"})
+        health = await client.get("/health")
+        return models, to_b, unknown, health
+
+    models, to_b, unknown, health = run(go, {"a": a, "b": b}, config)
+    assert [m["id"] for m in models["data"]] == ["a", "b"]
+    assert models["data"][0]["meta"]["architecture"] == "fake"
+    assert to_b["choices"][0]["message"]["content"] == "bbb"
+    assert to_b["model"] == "b"
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["code"] == "model_not_found"
+    assert health.status_code == 200
+    assert health.json()["slots_total"] == 2
