@@ -22,6 +22,7 @@ import openai
 import pytest
 from cluster_harness import Gateway, Proc, live, worker
 from server_harness import assert_openai_error
+from test_server_openai import BAD_INPUT, MAX_BODY
 
 pytestmark = pytest.mark.cluster
 STEP_MS = 25  # paced steps: a 40-token stream lasts >= 1 s on any machine
@@ -42,7 +43,7 @@ def model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def fleet(rabbitmq: Any, model: Path) -> Iterator[tuple[Gateway, list[Proc]]]:
-    gateway = Gateway(rabbitmq, [model])
+    gateway = Gateway(rabbitmq, [model], "-c", "4096", "--max-body", str(MAX_BODY))  # as serve's suite
     workers = [worker(rabbitmq, model, "-np", "4", step_delay_ms=STEP_MS) for _ in range(2)]
     try:
         gateway.wait_until(lambda h: h.get("status") == "ok" and len(live(h)) == 2, "two live workers")
@@ -94,6 +95,43 @@ def test_models_and_unknown_model(fleet: tuple[Gateway, list[Proc]], model: Path
         f"{gateway.url}/v1/completions", json={"model": "nope", "prompt": "x", "max_tokens": 2}, timeout=30
     )
     assert_openai_error(r, 404)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "code"), [c[1:] for c in BAD_INPUT], ids=[c[0] for c in BAD_INPUT]
+)
+def test_bad_input_as_on_serve(
+    fleet: tuple[Gateway, list[Proc]], path: str, body: Any, status: int, code: str | None
+) -> None:
+    """`outpost serve`'s bad-input cases, against the gateway: the same statuses and codes."""
+    gateway, _ = fleet
+    with httpx.Client(base_url=gateway.url, timeout=60) as http:
+        if isinstance(body, bytes):
+            r = http.post(path, content=body, headers={"content-type": "application/json"})
+        else:
+            r = http.post(path, json=body)
+    assert_openai_error(r, status, code)
+
+
+def test_api_keys_as_on_serve(
+    rabbitmq: Any, fleet: tuple[Gateway, list[Proc]], model: Path, tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# gateway keys\nsk-cluster-test\n")
+    gateway = Gateway(rabbitmq, [model], "--api-key-file", str(keys))
+    try:
+        gateway.wait_until(lambda h: h.get("status") == "ok" and bool(live(h)), "ready")  # /health is open
+        body = {"prompt": PROMPT, "max_tokens": 4, "ignore_eos": True}
+        with httpx.Client(base_url=gateway.url, timeout=60) as c:
+            assert_openai_error(c.post("/v1/completions", json=body), 401, "invalid_api_key")
+            wrong = c.post("/v1/completions", json=body, headers={"Authorization": "Bearer sk-nope"})
+            assert_openai_error(wrong, 401, "invalid_api_key")
+            good = c.post("/v1/completions", json=body, headers={"Authorization": "Bearer sk-cluster-test"})
+            assert good.status_code == 200, good.text
+            assert good.json()["usage"]["completion_tokens"] == 4
+        assert "sk-cluster-test" not in gateway.stderr()
+    finally:
+        gateway.stop()
 
 
 def test_24_concurrent_requests_use_both_workers(fleet: tuple[Gateway, list[Proc]]) -> None:
