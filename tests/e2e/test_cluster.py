@@ -174,6 +174,17 @@ def test_worker_sigkill_mid_stream_is_invisible(
         assert chunks <= n_tokens
     health = gateway.wait_until(lambda h: len(live(h)) == 2, "a replacement worker")
     assert health.get("resumes", 0) >= 1
+    assert _metric(gateway, "outpost_cluster_resumes_total") >= 1
+    assert _metric(gateway, "outpost_cluster_workers") == 2
+    assert _metric(gateway, "outpost_cluster_broker_connected") == 1
+
+
+def _metric(gateway: Gateway, name: str) -> float:
+    """The sum of every sample of `name` on the gateway's /metrics."""
+    text = httpx.get(f"{gateway.url}/metrics", timeout=5).text
+    samples = [line for line in text.splitlines() if line.split("{")[0].split(" ")[0] == name]
+    assert samples, f"{name} not on /metrics"
+    return sum(float(line.rsplit(" ", 1)[1]) for line in samples)
 
 
 def test_worker_sigterm_drains(rabbitmq: Any, fleet: tuple[Gateway, list[Proc]]) -> None:
