@@ -275,6 +275,24 @@ def test_gateway_sigkill_frees_the_workers_slots(
         other.stop()
 
 
+def test_gateway_sigterm_drains(rabbitmq: Any, fleet: tuple[Gateway, list[Proc]], model: Path) -> None:
+    """Like `outpost serve`: new requests 503, the stream in flight completes, exit 0."""
+    other = Gateway(rabbitmq, [model])
+    try:
+        other.wait_until(lambda h: h.get("status") == "ok" and bool(live(h)), "a second gateway")
+        started = threading.Event()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            future = pool.submit(_stream, other, 40, started)
+            assert started.wait(120)
+            other.signal(signal.SIGTERM)
+            other.wait_until(lambda h: h.get("status") == "draining", "draining", 30)
+            text, _, usage = future.result(timeout=120)
+        assert usage == 40 and text
+        assert other.wait(60) == 0
+    finally:
+        other.stop()
+
+
 def test_broker_restart_recovers(rabbitmq: Any, fleet: tuple[Gateway, list[Proc]]) -> None:
     """Last in this module: while the broker is down new requests get 503 at once; then all recovers."""
     gateway, _ = fleet
