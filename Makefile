@@ -1,6 +1,7 @@
 # Outpost's front doors: `make serve` (install, then the OpenAI-compatible server on the demo model,
 # http://127.0.0.1:8080), `make test` (install, then ruff + mypy + pytest) and `make run` (answer one
-# prompt in the terminal). All create .venv themselves.
+# prompt in the terminal). All create .venv themselves. `make image` builds the container image
+# (deploy/Dockerfile) and `make test-deploy` builds and tests it (podman; installs what it needs).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -8,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 PROMPT ?= Hello! What can you do?
 SERVE_ARGS ?=
 
-.PHONY: install system-deps serve run test lint typecheck unit integration e2e clean
+.PHONY: install system-deps serve run test lint typecheck unit integration e2e clean browser deploy-deps image test-deploy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,13 +20,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# A real small instruct model where the hub answers (pulled once into the store), else the demo model.
+FIRST_MODEL ?= smollm2:135m
+
 # Debian packages the e2e tests run for real: RabbitMQ (scripts/broker.sh, the cluster tests).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
 	test -x /usr/lib/rabbitmq/bin/rabbitmq-server || ($(SUDO) apt-get update && $(SUDO) apt-get install -y rabbitmq-server)
 
 serve: install
-	$(BIN)/outpost serve $(SERVE_ARGS)
+	$(BIN)/python -m outpost.first_run $(FIRST_MODEL) -- $(SERVE_ARGS)
 
 run: install
 	$(BIN)/outpost run --single-turn -n 64 -p "$(PROMPT)"
@@ -37,8 +41,31 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: lint typecheck system-deps
+# The chat page's browser tests drive Debian's chromium through Playwright (which never downloads one).
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -q && apt-get install -y -q chromium; } \
+		|| echo "chromium is missing: run 'sudo apt-get install -y chromium' for the browser tests" >&2
+
+test: lint typecheck system-deps browser
 	$(BIN)/pytest tests
+
+# Debian packages the image build and the deploy tier need (root; once per machine).
+DEPLOY_PKGS := podman runc uidmap fuse-overlayfs slirp4netns mmdebstrap systemd
+deploy-deps:
+	@missing=$$(for p in $(DEPLOY_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing $$missing"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi
+
+# outpost:VERSION for this machine's arch; its NAME:TAG is the last line printed.
+image: deploy-deps
+	deploy/image.sh
+
+test-deploy: install deploy-deps
+	$(BIN)/python -m pip install -q -e ".[dev,deploy]"
+	OUTPOST_TEST_IMAGE=$$(deploy/image.sh | tail -n 1) && export OUTPOST_TEST_IMAGE && \
+		$(BIN)/pytest -m deploy tests/deploy -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -18,9 +18,10 @@ from pydantic import ValidationError
 
 from outpost.bench.cli_args import add_bench_parser
 from outpost.cluster.cli_args import add_gateway_parser, add_worker_parser
+from outpost.envflags import use_environment
 from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, add_quantize_parser
 from outpost.models.convert.cli_args import add_convert_parser
-from outpost.models.store import resolve_model_arg
+from outpost.models.store import resolve_model_arg, sagemaker_model
 from outpost.run import PRESETS, UsageError
 
 _log = logging.getLogger("outpost")
@@ -99,6 +100,12 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("-sm", "--split-mode", choices=["none", "layer", "row"])
     p.add_argument("-b", "--batch-size", type=int, help="tokens per decode step (default 512)")
     p.add_argument("-ub", "--ubatch-size", type=int, help="physical micro-batch (default 512)")
+    p.add_argument(
+        "--prefill-budget",
+        type=int,
+        help="prompt tokens per step while other requests generate, so their tokens keep coming "
+        "while long prompts are read (default: -b)",
+    )
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8080, SageMaker's)")
     p.add_argument("--api-key", action="append", dest="api_keys", help="accepted API key (repeatable)")
@@ -113,6 +120,11 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("--cors-origins", help="comma-separated allowed origins, or * (default: CORS off)")
     p.add_argument("--log-prompts", action="store_true", default=None, help="log prompt and answer text")
     p.add_argument("--chat-template", help="jinja chat template file overriding the model's")
+    p.add_argument(
+        "--reasoning-format",
+        choices=["auto", "none", "deepseek"],
+        help="auto (default): <think> text goes to reasoning_content; none: it stays in content",
+    )
     p.add_argument("--no-prefix-cache", action="store_false", dest="prefix_cache", default=None)
     p.add_argument(
         "--cache-idle-cells",
@@ -121,7 +133,17 @@ def _add_serve_parser(sub: Any) -> None:
         "others run (default 0: every decode attends over every used cell, so idle caches slow all "
         "requests); per-slot streams keep them all",
     )
+    p.add_argument(
+        "--no-webui", action="store_false", dest="webui", default=None, help="no chat page at / (404)"
+    )
     p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
+    p.add_argument("--otlp-endpoint", help="export OpenTelemetry spans to this OTLP/HTTP collector URL")
+    p.add_argument(
+        "--sse-keepalive",
+        type=float,
+        help="seconds a stream may go without an event before a `: keep-alive` comment is sent, so "
+        "proxies keep queued and prefilling streams open (default 15; 0: never)",
+    )
     p.add_argument(
         "-kvu",
         "--kv-unified",
@@ -202,7 +224,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 _SERVE_OPTIONS = (
     "model_id parallel ctx_size threads n_gpu_layers split_mode batch_size ubatch_size host port max_queue "
     "request_timeout max_body default_max_tokens embedding_model ssl_keyfile ssl_certfile log_prompts "
-    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified"
+    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified reasoning_format sse_keepalive"
+    " prefill_budget webui otlp_endpoint"
 ).split()
 
 
@@ -215,8 +238,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     options["cors_origins"] = (
         tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else None
     )
-    # -m, else OUTPOST_MODEL_PATH (a path or a store name, like -m), else the demo model.
-    options["model_path"] = _resolve_model(args.model or os.environ.get("OUTPOST_MODEL_PATH"), "serve")
+    # -m (or OUTPOST_MODEL / OUTPOST_MODEL_PATH), else a GGUF in SageMaker's /opt/ml/model, else the demo.
+    options["model_path"] = _resolve_model(args.model or sagemaker_model(), "serve")
     config = build_server_config(options, args.api_key_file, args.chat_template)
     return serve(config)
 
@@ -234,7 +257,9 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    use_environment(parser, sys.argv[1:] if argv is None else argv)  # OUTPOST_* variables as flag defaults
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(name)s: %(message)s"
     )

@@ -30,8 +30,25 @@ _log = logging.getLogger(__name__)
 
 EventSink = Callable[[TokenEvent], None]
 T = TypeVar("T")
-# Tests only: sleep this long after each step, so streams outlast a test's actions on any machine.
-_DEBUG_STEP_DELAY_S = float(os.environ.get("OUTPOST_DEBUG_STEP_DELAY_MS") or 0) / 1000.0
+# A test and diagnostic knob, not a tuning one: every step that decodes takes at least this many
+# milliseconds. Tests use it to hold the engine (a deadline the model cannot beat, a prefill that
+# is still running, a drain with work in flight) on any machine, however fast; it is read by the
+# engine core, so every process that runs one (server, CLI, cluster worker) honours it.
+STEP_DELAY_ENV = "OUTPOST_DEBUG_STEP_DELAY_MS"
+
+
+def step_delay_from_env() -> float:
+    """Seconds from OUTPOST_DEBUG_STEP_DELAY_MS (0 when unset); a bad value is an error, not ignored."""
+    raw = os.environ.get(STEP_DELAY_ENV, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        ms = float(raw)
+    except ValueError:
+        raise ValueError(f"{STEP_DELAY_ENV} must be a number of milliseconds (got {raw!r})") from None
+    if not 0.0 <= ms <= 60_000.0:
+        raise ValueError(f"{STEP_DELAY_ENV} must be between 0 and 60000 ms (got {raw})")
+    return ms / 1000.0
 
 
 class Runner(Protocol):
@@ -48,13 +65,20 @@ class EngineCore:
     """Runs the step loop on its own thread until `stop()`."""
 
     def __init__(
-        self, scheduler: Scheduler, runner: Runner, on_close: Callable[[], None] | None = None
+        self,
+        scheduler: Scheduler,
+        runner: Runner,
+        on_close: Callable[[], None] | None = None,
+        step_delay: float | None = None,
     ) -> None:
-        self._start(lambda: (scheduler, runner), on_close)
+        self._start(lambda: (scheduler, runner), on_close, step_delay)
 
     @classmethod
     def built_on_thread(
-        cls, build: Callable[[], tuple[Scheduler, Runner]], on_close: Callable[[], None] | None = None
+        cls,
+        build: Callable[[], tuple[Scheduler, Runner]],
+        on_close: Callable[[], None] | None = None,
+        step_delay: float | None = None,
     ) -> EngineCore:
         """Runs `build` (load the model, make the runner) on the engine thread; raises what it raises.
 
@@ -62,12 +86,17 @@ class EngineCore:
         process whose OpenMP team was first made by another thread decodes up to 8x slower.
         """
         core = cls.__new__(cls)
-        core._start(build, on_close)
+        core._start(build, on_close, step_delay)
         return core
 
     def _start(
-        self, build: Callable[[], tuple[Scheduler, Runner]], on_close: Callable[[], None] | None
+        self,
+        build: Callable[[], tuple[Scheduler, Runner]],
+        on_close: Callable[[], None] | None,
+        step_delay: float | None,
     ) -> None:
+        """step_delay: seconds each decoding step takes at least (None: OUTPOST_DEBUG_STEP_DELAY_MS)."""
+        self.step_delay = step_delay_from_env() if step_delay is None else step_delay
         self._on_close = on_close
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -146,6 +175,8 @@ class EngineCore:
                 return False
             out = self.scheduler.schedule(time.monotonic())
         result = self._execute(out)
+        if self.step_delay and out.chunks:
+            time.sleep(self.step_delay)  # the debug pacing knob (see STEP_DELAY_ENV); outside the lock
         with self._lock:
             events = self.scheduler.update_from_output(out, result, time.monotonic())
             sinks = [(self._sinks.get(e.request_id), e) for e in events]
@@ -159,8 +190,6 @@ class EngineCore:
         for sink, event in sinks:
             if sink is not None:
                 sink(event)
-        if _DEBUG_STEP_DELAY_S:
-            time.sleep(_DEBUG_STEP_DELAY_S)
         return True
 
     def _execute(self, out: SchedulerOutput) -> RunnerOutput:

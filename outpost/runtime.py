@@ -26,6 +26,7 @@ class Engine:
         max_queue: int = 64,
         prefix_cache: bool = True,
         idle_cache_cells: int = 0,
+        prefill_budget: int | None = None,
     ) -> None:
         def build() -> tuple[Scheduler, ModelRunner]:
             self.model = LoadedModel(config)
@@ -41,6 +42,7 @@ class Engine:
                     shared_kv=model.kv_unified,
                     max_queue=max_queue,
                     step_token_budget=model.n_batch,
+                    prefill_budget=prefill_budget,
                     prefix_cache=prefix_cache,
                     idle_cache_cells=idle_cache_cells,
                 )
@@ -65,8 +67,10 @@ class Engine:
         """Tokenize a prompt, adding BOS only where the model wants it and the text lacks it."""
         return self.codec.tokenize_prompt(text, add_special)
 
-    def render_chat(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        return self.codec.render_chat(messages, add_generation_prompt=add_generation_prompt)
+    def render_chat(
+        self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True, **extra: Any
+    ) -> str:
+        return self.codec.render_chat(messages, add_generation_prompt=add_generation_prompt, **extra)
 
     def close(self) -> None:
         self.core.stop()

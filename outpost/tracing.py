@@ -16,6 +16,7 @@ import logging
 import re
 import secrets
 from collections.abc import Mapping, MutableMapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,11 @@ class TraceContext:
     @property
     def traceparent(self) -> str:
         return f"00-{self.trace_id}-{self.span_id}-{self.flags:02x}"
+
+
+# The span of the HTTP request being served in this task (set by the API's request-log
+# middleware when tracing is on): what a gateway passes on to the worker in the AMQP headers.
+current: ContextVar[TraceContext | None] = ContextVar("outpost_trace", default=None)
 
 
 def inject(headers: MutableMapping[str, Any], ctx: TraceContext | None) -> None:
@@ -121,7 +127,16 @@ class Span:
 class Tracer:
     """Spans of one process (`service` names it) exported in batches to an OTLP/HTTP collector."""
 
-    def __init__(self, endpoint: str, service: str, export_delay_ms: int = 1000) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        service: str,
+        export_delay_ms: int = 1000,
+        request_span: str = "http receive",
+        engine_phases: bool = True,
+    ) -> None:
+        """`request_span` names each HTTP request's span; `engine_phases=False` leaves the queue
+        wait / prefill / decode spans to another process (a gateway's workers record their own)."""
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -134,6 +149,8 @@ class Tracer:
         self._provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=export_delay_ms))
         self._tracer = self._provider.get_tracer("outpost")
         self.endpoint = endpoint
+        self.request_span = request_span
+        self.engine_phases = engine_phases
 
     def begin(self, name: str, parent: TraceContext | None, start_ns: int, kind: str = "internal") -> Span:
         """Start a span at `start_ns` (time.time_ns()) under `parent` (None: a new trace)."""

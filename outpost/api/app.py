@@ -5,6 +5,7 @@ backends (`outpost.backend.InferenceBackend`s) in a worker thread after the serv
 listening, so /health answers `loading` (503)
 and then `ok`; the app closes what it loaded on shutdown. Middleware, outermost first: request
 log/metrics/drain gate -> CORS (only with --cors-origins) -> API keys -> body limit.
+The browser chat page (webui/) is at `/` unless `--no-webui`; its files need no key.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 import outpost
-from outpost.api import embeddings, llama_routes, openai_routes, sagemaker
+from outpost.api import embeddings, llama_routes, openai_routes, sagemaker, webui
 from outpost.api.auth import ApiKeyMiddleware
 from outpost.api.config import ServerConfig
 from outpost.api.errors import install_error_handlers
@@ -27,6 +28,7 @@ from outpost.api.limits import BodyLimitMiddleware
 from outpost.api.metrics import Metrics
 from outpost.api.requestlog import RequestLogMiddleware
 from outpost.api.state import BackendFactory, Backends, ServerState
+from outpost.tracing import Tracer, tracer_for
 
 
 def _lifespan(state: ServerState, factory: BackendFactory | None) -> Any:
@@ -43,8 +45,12 @@ def _lifespan(state: ServerState, factory: BackendFactory | None) -> Any:
     return lifespan
 
 
-def create_app(backends: Backends | BackendFactory, config: ServerConfig) -> FastAPI:
-    """An app serving `backends` (model id -> InferenceBackend), or what `backends()` loads."""
+def create_app(
+    backends: Backends | BackendFactory, config: ServerConfig, tracer: Tracer | None = None
+) -> FastAPI:
+    """An app serving `backends` (model id -> InferenceBackend), or what `backends()` loads.
+
+    Spans go to `tracer`, else to --otlp-endpoint's collector when one is configured."""
     metrics = Metrics()
     state = ServerState(config, metrics)
     factory: BackendFactory | None = backends if callable(backends) else None
@@ -60,12 +66,15 @@ def create_app(backends: Backends | BackendFactory, config: ServerConfig) -> Fas
     )
     app.state.server = state
     routers = [m.router for m in (openai_routes, embeddings, llama_routes, sagemaker)]
+    if config.webui:
+        routers.append(webui.build_router())
     for router in routers:
         app.include_router(router)
     install_error_handlers(app)
     known = frozenset(r.path for router in routers for r in router.routes if isinstance(r, Route))
     app.add_middleware(BodyLimitMiddleware, max_body=config.max_body)
-    app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, open_paths=config.open_paths)
+    open_paths = (*config.open_paths, *webui.OPEN_PATHS) if config.webui else config.open_paths
+    app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, open_paths=open_paths)
     if config.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -73,5 +82,6 @@ def create_app(backends: Backends | BackendFactory, config: ServerConfig) -> Fas
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "x-api-key"],
         )
-    app.add_middleware(RequestLogMiddleware, state=state, known_paths=known)
+    tracer = tracer or tracer_for(config.otlp_endpoint, "outpost")
+    app.add_middleware(RequestLogMiddleware, state=state, known_paths=known, tracer=tracer)
     return app

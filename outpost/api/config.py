@@ -2,8 +2,8 @@
 
 `ServerConfig` holds the HTTP side (address, TLS, limits, auth, CORS, logging) and the few engine
 knobs the server passes through; `engine_config()` turns the latter into the engine's own
-`EngineConfig`. Every field may also come from the environment as `OUTPOST_<FIELD>` (upper case;
-lists comma-separated), which the CLI applies before its flags.
+`EngineConfig`. The environment reaches it through the CLI: each `outpost serve` flag reads
+`OUTPOST_<LONG_FLAG>` (outpost/envflags.py).
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ class ServerConfig(BaseModel):
     n_gpu_layers: int = Field(0, ge=-1, description="layers offloaded to GPU (-ngl); -1 = all")
     split_mode: Literal["none", "layer", "row"] = "layer"
     batch_size: int = Field(512, ge=1, description="tokens per decode step (-b)")
+    prefill_budget: int | None = Field(
+        None, ge=1, description="prompt tokens per step while others generate; None: batch_size"
+    )
     ubatch_size: int = Field(512, ge=1, description="physical micro-batch (-ub)")
     flash_attn: Literal["auto", "on", "off"] = Field("auto", description="flash attention (-fa)")
     repack: Literal["auto", "on", "off"] = Field(
@@ -63,8 +66,19 @@ class ServerConfig(BaseModel):
     ssl_keyfile: str | None = None
     ssl_certfile: str | None = None
     log_prompts: bool = Field(False, description="put prompt and completion text in the request log")
+    reasoning_format: Literal["auto", "none", "deepseek"] = Field(
+        "auto", description="auto: <think> text goes to reasoning_content; none: it stays in content"
+    )
     embedding_model: str | None = Field(None, description="GGUF for /v1/embeddings; default: the served one")
+    webui: bool = Field(True, description="the browser chat page at / (--no-webui: off, / is a 404)")
     grace_period: float = Field(30.0, ge=0, description="seconds SIGTERM waits for in-flight requests")
+    sse_keepalive: float = Field(
+        15.0, ge=0, description="seconds without an event before a stream gets an SSE comment; 0: never"
+    )
+    otlp_endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP collector URL that receives spans, e.g. http://127.0.0.1:4318; default: off",
+    )
 
     @field_validator("model_path", "embedding_model", "ssl_keyfile", "ssl_certfile")
     @classmethod
@@ -118,18 +132,6 @@ class ServerConfig(BaseModel):
         return EngineConfig.model_validate(options)
 
 
-def env_overrides(prefix: str = "OUTPOST_") -> dict[str, Any]:
-    """ServerConfig fields found in the environment (`OUTPOST_PORT=9000`, `OUTPOST_API_KEYS=a,b`)."""
-    found: dict[str, Any] = {}
-    for name, field in ServerConfig.model_fields.items():
-        raw = os.environ.get(prefix + name.upper())
-        if raw is None:
-            continue
-        is_tuple = "tuple" in str(field.annotation)
-        found[name] = tuple(v for v in raw.split(",") if v) if is_tuple else raw
-    return found
-
-
 def _read_text(path: str, what: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
@@ -149,9 +151,8 @@ def read_api_keys(path: str) -> tuple[str, ...]:
 def build_server_config(
     options: dict[str, Any], api_key_file: str | None = None, chat_template_file: str | None = None
 ) -> ServerConfig:
-    """ServerConfig from the environment (OUTPOST_*), then explicit options (None = not given)."""
-    merged = env_overrides()
-    merged.update({k: v for k, v in options.items() if v is not None})
+    """ServerConfig from explicit options (None = not given: the field's default)."""
+    merged = {k: v for k, v in options.items() if v is not None}
     if api_key_file:
         merged["api_keys"] = (*merged.get("api_keys", ()), *read_api_keys(api_key_file))
     if chat_template_file:

@@ -8,13 +8,14 @@ while watching for the client hanging up.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from outpost.api import mapping, render
+from outpost.api import chat_plan, mapping, render
 from outpost.api.errors import ApiError
 from outpost.api.generation import (
     ClientDisconnected,
@@ -75,6 +76,7 @@ def _spec(
         record=record_of(request),
         log_prompts=state.config.log_prompts,
         prompts=prompts,
+        keepalive=state.config.sse_keepalive,
     )
 
 
@@ -83,14 +85,20 @@ async def handle_chat(state: ServerState, body: ChatCompletionRequest, request: 
     codec = backend.codec
     arrival = time.monotonic()
     mapping.check_n(body.n)
-    text, tokens = await asyncio.to_thread(mapping.chat_prompt, codec, body.messages)
+    render_with = functools.partial(mapping.render_dicts, codec)
+    reasoning = state.config.reasoning_format
+    plan = await asyncio.to_thread(
+        chat_plan.prepare, body, render_with, codec.chat_template_source, reasoning
+    )
+    text = plan.prompt
+    tokens = await asyncio.to_thread(mapping.prompt_tokens, codec, text)
     requested, param = _max_tokens(body)
     cfg = state.config
     max_tokens = mapping.resolve_max_tokens(
         len(tokens), requested, backend.n_ctx_seq, cfg.default_max_tokens, param
     )
     n_probs = (body.top_logprobs or 0) if body.logprobs else -1
-    sampling = mapping.sampling_params(codec, body, n_probs)
+    sampling = plan.sampling(mapping.sampling_params(codec, body, n_probs))
     rid = mapping.new_request_id("chatcmpl")
     record_of(request).id = rid
     stop = mapping.stop_strings(body.stop)
@@ -99,13 +107,20 @@ async def handle_chat(state: ServerState, body: ChatCompletionRequest, request: 
     await gen.start()
     if body.stream:
         spec = _spec(state, request, served, rid, bool(body.logprobs), body, [text])
+        spec.chat = plan
         return sse_response(chat_stream(gen, spec), [gen])
     (out,) = await wait_outcomes(request, [gen])
     record_of(request).add_outcome(out, text, cfg.log_prompts)
     err = outcome_error(out, cfg.request_timeout)
     if err is not None:
         raise err
-    return JSONResponse(render.chat_completion(rid, model_id, out, codec, bool(body.logprobs)))
+    reader = plan.output()
+    message = reader.message(out.text)
+    finish = plan.finish_reason(render.finish_reason(out.finish), bool(reader.tool_calls))
+    reply = render.chat_completion(
+        rid, model_id, out, codec, bool(body.logprobs), message=message, finish=finish
+    )
+    return JSONResponse(reply)
 
 
 def _prompts(body: CompletionRequest) -> list[str | list[int]]:

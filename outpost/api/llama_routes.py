@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from outpost.api import mapping
+from outpost.api import chat_plan, mapping
 from outpost.api.handlers import state_of
 from outpost.api.metrics import PROMETHEUS_CONTENT_TYPE
 from outpost.api.schemas import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
@@ -39,8 +40,13 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any
 @router.post("/apply-template", tags=["llama.cpp"])
 async def apply_template(body: ApplyTemplateRequest, request: Request) -> dict[str, Any]:
     """The prompt the chat template renders for `messages` (with the generation prompt)."""
-    codec = state_of(request).ready_backend().codec
-    return {"prompt": await asyncio.to_thread(mapping.render_chat, codec, body.messages)}
+    state = state_of(request)
+    codec = state.ready_backend().codec
+    render = functools.partial(mapping.render_dicts, codec)
+    plan = await asyncio.to_thread(
+        chat_plan.prepare, body, render, codec.chat_template_source, state.config.reasoning_format
+    )
+    return {"prompt": plan.prompt}
 
 
 @router.get("/health", tags=["ops"])

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from outpost.api.errors import ApiError, bad_request, context_length_exceeded
-from outpost.api.schemas import ChatMessage, ResponseFormat, SamplingFields
+from outpost.api.schemas import ResponseFormat, SamplingFields
 from outpost.backend import PromptCodec
 from outpost.messages import ChatTemplateError, GenerateRequest, SamplingParams
 
@@ -37,29 +37,14 @@ def check_n(n: int | None) -> None:
         raise bad_request(f"n={n} is not supported: this server returns exactly one choice (n=1)", param="n")
 
 
-def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    out = []
-    for i, m in enumerate(messages):
-        try:
-            text = m.text()
-        except ValueError as exc:
-            raise bad_request(str(exc), param=f"messages.{i}.content") from exc
-        out.append({"role": "system" if m.role == "developer" else m.role, "content": text})
-    return out
-
-
-def render_chat(codec: PromptCodec, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+def render_dicts(codec: PromptCodec, messages: list[dict[str, Any]], **kwargs: Any) -> str:
+    """The chat template on message dicts; `kwargs`: add_generation_prompt, tools, template variables."""
     try:
-        return codec.render_chat(message_dicts(messages), add_generation_prompt=add_generation_prompt)
+        return codec.render_chat(messages, **kwargs)
     except ChatTemplateError:
         raise
     except Exception as exc:  # a template's own jinja code failing on these messages
         raise bad_request(f"the chat template failed on these messages: {exc}", param="messages") from exc
-
-
-def chat_prompt(codec: PromptCodec, messages: list[ChatMessage]) -> tuple[str, list[int]]:
-    text = render_chat(codec, messages)
-    return text, codec.tokenize_prompt(text)
 
 
 def prompt_tokens(codec: PromptCodec, prompt: str | list[int]) -> list[int]:
@@ -131,7 +116,7 @@ def grammar_for(fmt: ResponseFormat | None) -> str | None:
     """GBNF text enforcing `response_format`; an unusable schema is a 400."""
     if fmt is None or fmt.type == "text":
         return None
-    from outpost.engine import grammar
+    from outpost import grammar
 
     schema = fmt.json_schema.json_schema if fmt.json_schema is not None else fmt.inline_schema
     if fmt.type == "json_schema" and schema is None:

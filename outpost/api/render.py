@@ -77,15 +77,22 @@ def _head(obj: str, rid: str, model: str, created: int | None) -> dict[str, Any]
 
 
 def chat_completion(
-    rid: str, model: str, out: Outcome, codec: PromptCodec, with_logprobs: bool
+    rid: str,
+    model: str,
+    out: Outcome,
+    codec: PromptCodec,
+    with_logprobs: bool,
+    message: dict[str, Any] | None = None,
+    finish: str | None = None,
 ) -> dict[str, Any]:
+    """`message`/`finish`: the answer read for tool calls and reasoning (outpost/chat/output.py)."""
     reply = _head("chat.completion", rid, model, None)
     reply["choices"] = [
         {
             "index": 0,
-            "message": {"role": "assistant", "content": out.text},
+            "message": message or {"role": "assistant", "content": out.text},
             "logprobs": chat_logprobs(codec, out.logprobs) if with_logprobs else None,
-            "finish_reason": finish_reason(out.finish),
+            "finish_reason": finish or finish_reason(out.finish),
         }
     ]
     reply["usage"] = usage(out.n_prompt, len(out.token_ids), out.timings.cache_n)

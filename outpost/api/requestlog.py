@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
@@ -21,6 +21,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from outpost.api.errors import not_ready
 from outpost.api.generation import Outcome
 from outpost.api.state import ServerState
+from outpost.api.tracespans import begin_request, end_request
+from outpost.messages import Timings
+from outpost.tracing import Tracer, current
 
 access_log = logging.getLogger("outpost.access")
 
@@ -41,6 +44,8 @@ class RequestRecord:
     timings: dict[str, Any] | None = None
     prompt: str | None = None
     completion: str | None = None
+    # (timings, wall-clock ns when it finished) per generation: what tracing lays its spans out from.
+    finished: list[tuple[Timings, int]] = field(default_factory=list)
 
     def add_outcome(self, out: Outcome, prompt: str | None, log_prompts: bool) -> None:
         self.prompt_tokens += out.n_prompt
@@ -48,6 +53,7 @@ class RequestRecord:
         self.cached_tokens += out.timings.cache_n
         self.finish_reason = out.finish.value
         self.timings = out.timings.as_dict()
+        self.finished.append((out.timings, time.time_ns()))
         if log_prompts:
             self.prompt = prompt
             self.completion = (self.completion or "") + out.text
@@ -69,10 +75,13 @@ def endpoint_label(path: str, known: frozenset[str]) -> str:
 
 
 class RequestLogMiddleware:
-    def __init__(self, app: ASGIApp, state: ServerState, known_paths: frozenset[str]) -> None:
+    def __init__(
+        self, app: ASGIApp, state: ServerState, known_paths: frozenset[str], tracer: Tracer | None = None
+    ) -> None:
         self.app = app
         self.state = state
         self.known = known_paths
+        self.tracer = tracer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -84,6 +93,8 @@ class RequestLogMiddleware:
         scope[RECORD_KEY] = record
         status = 500
         started = time.monotonic()
+        span = begin_request(self.tracer, scope) if self.tracer is not None and not quiet else None
+        trace_token = current.set(span.context) if span is not None else None
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
@@ -107,6 +118,10 @@ class RequestLogMiddleware:
             self.state.metrics.requests.labels(endpoint_label(path, self.known), str(status)).inc()
             if not quiet or status >= 400:
                 self._log(scope, record, status, time.monotonic() - started)
+            if span is not None and self.tracer is not None:
+                end_request(self.tracer, span, record, status)
+            if trace_token is not None:
+                current.reset(trace_token)
 
     def _log(self, scope: Scope, record: RequestRecord, status: int, seconds: float) -> None:
         line: dict[str, Any] = {

@@ -3,6 +3,8 @@
 /invocations takes Hugging Face TGI's `{"inputs": "...", "parameters": {...}}` (raw-text prompt;
 reply `[{"generated_text": ...}]`, as TGI does), or an OpenAI chat body (`messages`) or text
 completion body (`prompt`), answered exactly as /v1/chat/completions or /v1/completions would.
+SageMaker passes the caller's ContentType and Accept through: the body must be JSON (else 415), and
+the reply is JSON, or an SSE stream when the body asks for `stream` (an Accept that allows neither: 406).
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ import asyncio
 import time
 from typing import Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Body, Depends, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from outpost.api import mapping
-from outpost.api.errors import bad_request
+from outpost.api.errors import ApiError, bad_request
 from outpost.api.generation import Generation, outcome_error
 from outpost.api.handlers import handle_chat, handle_completion, state_of, wait_outcomes
 from outpost.api.requestlog import record_of
@@ -42,7 +44,38 @@ def _parse(model: type[BaseModel], body: dict[str, Any]) -> Any:
         raise RequestValidationError(exc.errors()) from exc
 
 
-@router.post("/invocations", tags=["sagemaker"])
+_REPLY_TYPES = ("application/json", "text/event-stream")
+
+
+def _media_types(header: str) -> list[str]:
+    return [part.split(";")[0].strip().lower() for part in header.split(",") if part.strip()]
+
+
+def negotiate(request: Request) -> None:
+    """415 for a body that is not JSON, 406 for an Accept that allows no reply this route gives.
+
+    A dependency, so it runs before FastAPI parses the body (a text/plain body would otherwise be a
+    confusing 'not a valid dictionary')."""
+    ctype = request.headers.get("content-type")
+    if ctype:
+        media = _media_types(ctype)[0] if _media_types(ctype) else ""
+        if not (media == "application/json" or media.endswith("+json")):
+            raise ApiError(
+                415, f"/invocations takes a JSON body (Content-Type: application/json), not {ctype!r}",
+                code="unsupported_media_type",
+            )  # fmt: skip
+    accept = request.headers.get("accept")
+    if accept:
+        ranges = _media_types(accept)
+        ok = {"*/*", "application/*", "text/*", *_REPLY_TYPES}
+        if not any(r in ok or r.endswith("+json") for r in ranges):
+            raise ApiError(
+                406, f"/invocations answers {' or '.join(_REPLY_TYPES)}; Accept: {accept!r} allows neither",
+                code="not_acceptable",
+            )  # fmt: skip
+
+
+@router.post("/invocations", tags=["sagemaker"], dependencies=[Depends(negotiate)])
 async def invocations(request: Request, body: dict[str, Any] = Body(...)) -> Response:  # noqa: B008
     """A TGI body (`inputs`), an OpenAI chat body (`messages`) or a completion body (`prompt`)."""
     state = state_of(request)

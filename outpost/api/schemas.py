@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from outpost.api.tool_schemas import ReasoningFormat, ToolCall, ToolChoice, ToolDef
+
 MAX_STOP = 16
 MAX_PROMPTS = 16
 
@@ -28,6 +30,8 @@ class ChatMessage(Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
 
     def text(self) -> str:
         """The content as one string; only text parts are supported."""
@@ -107,6 +111,11 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[ToolDef] | None = Field(None, max_length=128)
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    reasoning_format: ReasoningFormat | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class CompletionRequest(SamplingFields):
@@ -147,8 +156,8 @@ class DetokenizeRequest(Body):
     tokens: list[int]
 
 
-class ApplyTemplateRequest(Body):
-    messages: Messages
+class ApplyTemplateRequest(ChatCompletionRequest):
+    """A chat request whose prompt is only rendered (tools and template kwargs included)."""
 
 
 class TgiParameters(Body):

@@ -34,6 +34,7 @@ def build_local_backends(config: ServerConfig) -> Backends:
         max_queue=config.max_queue,
         prefix_cache=config.prefix_cache,
         idle_cache_cells=config.cache_idle_cells,
+        prefill_budget=config.prefill_budget,
     )
     return {config.served_model_id: LocalBackend(engine, config.embedding_model, config.threads or 0)}
 

@@ -4,6 +4,10 @@ Chat: a role chunk, content chunks, a chunk with `finish_reason` (and llama-serv
 an optional usage chunk (`stream_options.include_usage`), then `data: [DONE]`. Text completions
 likewise, with one `index` per prompt. An error after the reply has started (timeout, engine
 failure) is one `data: {"error": {...}}` event followed by `data: [DONE]`.
+
+While a stream waits (queued for a slot, or in a long prefill) it sends an SSE comment,
+`: keep-alive`, every `StreamSpec.keepalive` seconds without an event, so proxies and load
+balancers with idle timeouts keep it open; clients ignore comments (the SSE spec says so).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from outpost.api import render
+from outpost.api.chat_plan import ChatPlan
 from outpost.api.errors import ApiError
 from outpost.api.generation import Generation, Outcome, finish_error
 from outpost.api.requestlog import RequestRecord
@@ -30,6 +35,7 @@ _log = logging.getLogger("outpost.api")
 T = TypeVar("T")
 
 DONE = b"data: [DONE]\n\n"
+KEEPALIVE = b": keep-alive\n\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -69,6 +75,8 @@ class StreamSpec:
     record: RequestRecord
     log_prompts: bool
     prompts: list[str]
+    chat: ChatPlan | None = None  # chat streams: reads tool calls and reasoning out of the text
+    keepalive: float = 15.0  # seconds without an event before a KEEPALIVE comment; 0: never
 
 
 def _internal_error(exc: BaseException) -> ApiError:
@@ -76,9 +84,53 @@ def _internal_error(exc: BaseException) -> ApiError:
     return ApiError(500, "internal server error; see the server log", type="server_error")
 
 
-async def chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes]:
+def chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes]:
+    return with_keepalive(_chat_stream(gen, spec), spec.keepalive)
+
+
+def completion_stream(gens: list[Generation], spec: StreamSpec) -> AsyncIterator[bytes]:
+    return with_keepalive(_completion_stream(gens, spec), spec.keepalive)
+
+
+async def with_keepalive(body: AsyncIterator[bytes], interval: float) -> AsyncIterator[bytes]:
+    """`body`'s chunks, with a KEEPALIVE comment whenever `interval` seconds pass without one."""
+    if interval <= 0:
+        async for chunk in body:
+            yield chunk
+        return
+    it = aiter(body)
+    pending: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(it))
+            done, _ = await asyncio.wait((pending,), timeout=interval)
+            if not done:
+                yield KEEPALIVE
+                continue
+            chunk_task, pending = pending, None
+            try:
+                chunk = chunk_task.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        if pending is not None and not pending.done():
+            # The client left while the body waited for an event: cancelling the task that runs
+            # it ends the body there, its own cleanup included (no aclose: it is still running).
+            pending.cancel()
+        else:
+            if pending is not None and not pending.cancelled():
+                pending.exception()  # retrieved: a chunk nobody will send is not an error
+            aclose = getattr(it, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+async def _chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes]:
     created = int(time.time())
     out = gen.new_outcome()
+    reader = (spec.chat or ChatPlan("", think=False)).output()
     yield sse(render.chat_chunk(spec.rid, spec.model, created, {"role": "assistant", "content": ""}))
     try:
         async for event in gen.events():
@@ -86,18 +138,21 @@ async def chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes]
             lp = (
                 render.chat_logprobs(spec.codec, event.logprobs) if spec.logprobs and event.logprobs else None
             )
-            if event.text or lp:
-                yield sse(
-                    render.chat_chunk(spec.rid, spec.model, created, {"content": event.text}, logprobs=lp)
-                )
+            delta = reader.feed(event.text) if event.text else {}
+            if delta or lp:
+                yield sse(render.chat_chunk(spec.rid, spec.model, created, delta, logprobs=lp))
             if not event.finished:
                 continue
             err = finish_error(event.finish_reason, event.error, spec.timeout)
             if err is not None:
                 yield sse(err.body())
                 break
+            for delta in reader.finish():
+                yield sse(render.chat_chunk(spec.rid, spec.model, created, delta))
             timings = out.timings.as_dict()
             reason = render.finish_reason(event.finish_reason)
+            if spec.chat is not None:
+                reason = spec.chat.finish_reason(reason, bool(reader.tool_calls))
             yield sse(render.chat_chunk(spec.rid, spec.model, created, {}, finish=reason, timings=timings))
             if spec.include_usage:
                 use = render.usage(out.n_prompt, len(out.token_ids), out.timings.cache_n)
@@ -111,7 +166,7 @@ async def chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes]
     yield DONE
 
 
-async def completion_stream(gens: list[Generation], spec: StreamSpec) -> AsyncIterator[bytes]:
+async def _completion_stream(gens: list[Generation], spec: StreamSpec) -> AsyncIterator[bytes]:
     created = int(time.time())
     outs = [g.new_outcome() for g in gens]
     try:

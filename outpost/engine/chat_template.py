@@ -50,17 +50,17 @@ class ChatTemplate:
         self.eos_token = eos_token
 
     def render(
-        self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True, **kwargs: Any
+        self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True, **extra: Any
     ) -> str:
-        """`kwargs` become template variables (`tools`, `enable_thinking`, ...), as HF passes them."""
-        variables: dict[str, Any] = {"tools": None, **kwargs}
+        """`extra`: more template variables, e.g. `tools` or Qwen3's `enable_thinking`."""
+        variables = {"tools": None, **extra}
         try:
             return self._template.render(
+                variables,
                 messages=list(messages),
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
-                **variables,
             )
         except ChatTemplateError:
             raise

@@ -25,12 +25,14 @@ from outpost.scheduler.output import (
 
 
 class ModelRunner:
-    """Owns the batch buffer and one sampler chain per busy sequence."""
+    """Owns the batch buffer and one sampler chain per live request, bound to its sequence."""
 
     def __init__(self, model: LoadedModel) -> None:
         self.model = model
         self.batch = TokenBatch(model.n_batch)
-        self.samplers: dict[int, SamplerChain] = {}
+        # Chains by request id: a preempted request keeps its own until it is admitted again.
+        self.chains: dict[str, SamplerChain] = {}
+        self.samplers: dict[int, SamplerChain] = {}  # seq_id -> the chain it samples with
         self._n_probs: dict[int, int] = {}  # seq_id -> top logprobs wanted (absent: none)
 
     def warmup(self) -> None:
@@ -42,11 +44,8 @@ class ModelRunner:
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
         self._apply_memory_ops(out)
-        for seq_id in out.sampler_frees:
-            self._n_probs.pop(seq_id, None)
-            chain = self.samplers.pop(seq_id, None)
-            if chain is not None:
-                chain.free()
+        for request_id in out.sampler_drops:
+            self._drop_chain(request_id)
         for setup in out.sampler_setups:
             self._setup_sampler(setup)
         if not out.chunks:
@@ -84,17 +83,26 @@ class ModelRunner:
         llama.llama_memory_seq_rm(mem, op.dst, op.p1, -1)
 
     def _setup_sampler(self, setup: SamplerSetup) -> None:
-        old = self.samplers.pop(setup.seq_id, None)
-        if old is not None:
-            old.free()
-        vocab = self.model.vocab
-        chain = SamplerChain(setup.params, vocab.handle, vocab.n_tokens, vocab.eog_ids)
-        chain.accept_history(setup.history)
+        chain = self.chains.get(setup.request_id)
+        if chain is None:  # a new request (a resumed one keeps the chain it had)
+            vocab = self.model.vocab
+            chain = SamplerChain(setup.params, vocab.handle, vocab.n_tokens, vocab.eog_ids)
+            chain.accept_history(setup.history)
+            self.chains[setup.request_id] = chain
         self.samplers[setup.seq_id] = chain
         if setup.params.n_probs >= 0:
             self._n_probs[setup.seq_id] = setup.params.n_probs
         else:
             self._n_probs.pop(setup.seq_id, None)
+
+    def _drop_chain(self, request_id: str) -> None:
+        chain = self.chains.pop(request_id, None)
+        if chain is None:
+            return
+        for seq_id in [s for s, c in self.samplers.items() if c is chain]:
+            del self.samplers[seq_id]
+            self._n_probs.pop(seq_id, None)
+        chain.free()
 
     def _sample(self, outputs: dict[int, int]) -> dict[int, SampledToken]:
         ctx = self.model.ctx
@@ -121,8 +129,9 @@ class ModelRunner:
 
     def close(self) -> None:
         """Free the sampler chains (before the model goes; the caller closes the model)."""
-        for chain in self.samplers.values():
+        for chain in self.chains.values():
             chain.free()
+        self.chains.clear()
         self.samplers.clear()
 
 

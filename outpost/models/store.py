@@ -23,7 +23,18 @@ from outpost.models.catalog import DEFAULT_QUANT, parse_model_ref
 from outpost.models.files import temp_path_beside
 from outpost.models.home import outpost_home
 
-__all__ = ["AmbiguousModel", "Manifest", "ModelNotPulled", "ModelStore", "resolve_model_arg"]
+__all__ = [
+    "AmbiguousModel",
+    "Manifest",
+    "ModelNotPulled",
+    "ModelStore",
+    "gguf_in_dir",
+    "resolve_model_arg",
+    "sagemaker_model",
+]
+
+# Where SageMaker puts the model artifacts (an uncompressed S3 prefix, or model.tar.gz unpacked).
+SAGEMAKER_MODEL_DIR = "/opt/ml/model"
 
 
 class ModelNotPulled(ValueError):
@@ -167,6 +178,8 @@ def resolve_model_arg(arg: str) -> str:
 
     Never downloads: a name not in the store is a ValueError telling the user to `outpost pull` it.
     """
+    if Path(arg).expanduser().is_dir():
+        return str(gguf_in_dir(Path(arg).expanduser()))
     if Path(arg).expanduser().exists() or _looks_like_path(arg):
         return arg
     store = ModelStore()
@@ -180,3 +193,25 @@ def resolve_model_arg(arg: str) -> str:
     if not path.is_file():
         raise ValueError(f"the file of {manifest.name} is missing ({path}): outpost pull {manifest.name}")
     return str(path)
+
+
+def gguf_in_dir(directory: Path) -> Path:
+    """The one model in a directory tree: its only .gguf, or the first shard (`-00001-of-000NN`) of a
+    split one. Several models is a ValueError naming them, since guessing would serve the wrong one."""
+    files = sorted(p for p in directory.rglob("*.gguf") if p.is_file())
+    shards = [p for p in files if "-of-" in p.stem and not p.stem.rsplit("-of-", 1)[0].endswith("-00001")]
+    models = [p for p in files if p not in shards]
+    if len(models) == 1:
+        return models[0]
+    if not models:
+        raise ValueError(f"no .gguf file under {directory}")
+    names = ", ".join(str(p.relative_to(directory)) for p in models)
+    raise ValueError(f"several .gguf files under {directory} ({names}): pick one with -m")
+
+
+def sagemaker_model(directory: str = SAGEMAKER_MODEL_DIR) -> str | None:
+    """The GGUF SageMaker mounted under /opt/ml/model, or None when that directory holds no .gguf."""
+    root = Path(directory)
+    if not root.is_dir() or not any(root.rglob("*.gguf")):
+        return None
+    return str(gguf_in_dir(root))

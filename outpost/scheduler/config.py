@@ -1,4 +1,4 @@
-"""The scheduler's knobs: slot count, KV size, queue bound, per-step token budget, prefix cache.
+"""The scheduler's knobs: slot count, KV size, queue bound, per-step token budgets, prefix cache.
 
 A plain frozen dataclass (the server's pydantic config builds one); `__post_init__` rejects values
 the scheduler cannot honour, with messages that say which value to change and how.
@@ -19,6 +19,11 @@ class SchedulerConfig:
     max_queue: requests allowed to wait beyond the free slots; more raise `QueueFull`.
     step_token_budget: tokens per llama_decode (the context's n_batch): decode tokens first,
         then prompt chunks (chunked prefill).
+    prefill_budget: prompt tokens per step while any request is generating (None: all of
+        step_token_budget). Why: on a CPU a step lasts as long as its tokens take, so a 512-token
+        prompt chunk holds every generating stream's next token for the whole chunk; a smaller
+        budget keeps their inter-token latency flat while long prompts arrive (vLLM's
+        max_num_batched_tokens). With nothing generating, prompts get the whole step.
     prefix_cache: reuse KV of earlier requests (same slot, or copied from another slot).
     idle_cache_cells: KV cells that finished requests' caches may keep once a new request is
         admitted; beyond it the least recently used idle caches are dropped. Why not keep them all:
@@ -35,6 +40,7 @@ class SchedulerConfig:
     n_ctx_seq: int = 8192
     max_queue: int = 64
     step_token_budget: int = 512
+    prefill_budget: int | None = None
     prefix_cache: bool = True
     idle_cache_cells: int = 0
     shared_kv: bool = True
@@ -50,6 +56,8 @@ class SchedulerConfig:
                 "one request can never use more cells than the whole cache; lower n_ctx_seq "
                 "or raise n_ctx"
             )
+        if self.prefill_budget is not None and self.prefill_budget < 1:
+            raise ValueError(f"prefill_budget must be at least 1 token (got {self.prefill_budget})")
         if self.idle_cache_cells < 0:
             raise ValueError(f"idle_cache_cells must be 0 or more (got {self.idle_cache_cells})")
         if self.max_queue < 0:

@@ -37,9 +37,17 @@ MemoryOp = SeqRemove | SeqCopy
 
 @dataclass(frozen=True)
 class SamplerSetup:
-    """Build a fresh sampler chain for `seq_id`; `history` primes the penalty window (prompt tail)."""
+    """Sample `seq_id` with request `request_id`'s sampler chain from now on.
+
+    A chain belongs to its request, not to a slot: the runner builds it the first time it sees the
+    request (`history`, the prompt's tail, primes the penalty window) and keeps it until the
+    request ends (`SchedulerOutput.sampler_drops`). A request preempted under KV pressure and
+    admitted again, maybe to another slot, resumes with the same chain: its grammar stays where
+    the document is, its penalty window and its seeded RNG continue exactly.
+    """
 
     seq_id: int
+    request_id: str
     params: SamplingParams
     history: tuple[int, ...] = ()
 
@@ -60,11 +68,13 @@ class BatchChunk:
 
 @dataclass
 class SchedulerOutput:
-    """One step's work, in the order the runner must do it: memory ops, samplers, then one decode."""
+    """One step's work, in the order the runner must do it: memory ops, sampler drops, sampler
+    setups, then one decode."""
 
     memory_ops: list[MemoryOp] = field(default_factory=list)
     sampler_setups: list[SamplerSetup] = field(default_factory=list)
-    sampler_frees: list[int] = field(default_factory=list)  # seq ids whose chain may be dropped
+    # Requests that ended: their chains may be freed (before this step's setups: an id may be reused).
+    sampler_drops: list[str] = field(default_factory=list)
     chunks: list[BatchChunk] = field(default_factory=list)
 
     @property
@@ -73,7 +83,7 @@ class SchedulerOutput:
 
     @property
     def is_empty(self) -> bool:
-        return not (self.memory_ops or self.sampler_setups or self.sampler_frees or self.chunks)
+        return not (self.memory_ops or self.sampler_setups or self.sampler_drops or self.chunks)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ class Scheduler:
         # What the next SchedulerOutput carries besides chunks; filled by schedule() and update.
         self._ops: list[MemoryOp] = []
         self._setups: dict[int, SamplerSetup] = {}
-        self._frees: set[int] = set()
+        self._drops: list[str] = []  # ended requests whose sampler chains the runner may free
         # Cells we plan with: n_ctx, lowered when llama.cpp reports no room (its cache is smaller
         # or fragmented) so the same batch is not retried forever; reset when nothing runs.
         self._kv_limit = config.n_ctx
@@ -104,11 +104,10 @@ class Scheduler:
         out = SchedulerOutput(
             memory_ops=self._ops,
             sampler_setups=list(self._setups.values()),
-            # A new chain replaces the old one: never ask to drop a seq that gets a chain.
-            sampler_frees=sorted(self._frees - self._setups.keys()),
+            sampler_drops=self._drops,
             chunks=chunks,
         )
-        self._ops, self._setups, self._frees = [], {}, set()
+        self._ops, self._setups, self._drops = [], {}, []
         return out
 
     def update_from_output(self, out: SchedulerOutput, result: RunnerOutput, now: float) -> list[TokenEvent]:
@@ -126,7 +125,7 @@ class Scheduler:
 
     def has_work(self) -> bool:
         """Anything waiting, running, or events and memory/sampler ops still to hand out."""
-        return bool(self._waiting or self._running or self._events or self._ops or self._frees)
+        return bool(self._waiting or self._running or self._events or self._ops or self._drops)
 
     # ---- read-only stats ---------------------------------------------------------------------
 
@@ -187,7 +186,10 @@ class Scheduler:
             if state.admitted_at is None:
                 state.admitted_at = now
             seq = plan.dst.seq_id
-            self._setups[seq] = SamplerSetup(seq, state.req.sampling, state.penalty_history())
+            # After a preemption the runner still has the request's chain and ignores the history.
+            self._setups[seq] = SamplerSetup(
+                seq, state.request_id, state.req.sampling, state.penalty_history()
+            )
             if self.config.shared_kv:
                 self._ops += self._pool.trim_idle(self.config.idle_cache_cells, (plan.dst, plan.src))
 
@@ -217,10 +219,16 @@ class Scheduler:
                 for s in self._running
                 if s.prefilled and s.slot is not None
             ]
-            chunks += self._prefill_chunks(self.config.step_token_budget - len(chunks), len(chunks))
+            chunks += self._prefill_chunks(self._prefill_budget(len(chunks)), len(chunks))
             if chunks or not self._running:
                 return chunks
             self._preempt(self._running[-1])
+
+    def _prefill_budget(self, decoding: int) -> int:
+        """Prompt tokens this step may take: the rest of the step, capped while others generate."""
+        budget = self.config.step_token_budget - decoding
+        cap = self.config.prefill_budget
+        return min(budget, cap) if decoding and cap is not None else budget
 
     def _fit_decodes(self) -> None:
         """Makes a cell for every generating request: idle caches go first, then the youngest."""
@@ -368,12 +376,16 @@ class Scheduler:
         else:
             self._waiting.remove(state)
         del self._live[state.request_id]
+        self._drops.append(state.request_id)
         if state.req.deadline is not None:
             self._n_deadlines -= 1
         return state.final_event(reason, now, token_ids or [], text, error)
 
     def _preempt(self, state: RequestState) -> None:
-        """Frees the request's slot and KV; it goes back to the front of the queue to recompute."""
+        """Frees the request's slot and KV; it goes back to the front of the queue to recompute.
+
+        Its sampler chain stays with the runner (no drop): the recompute ends by sampling its next
+        token with the chain that has seen every token before it."""
         if state.slot is not None:
             self._ops += self._pool.clear(state.slot)
             self._release(state)
@@ -388,5 +400,4 @@ class Scheduler:
         self._pool.release(slot)
         self._owner[slot.seq_id] = None
         self._setups.pop(slot.seq_id, None)  # a chain asked for in this same step is not needed
-        self._frees.add(slot.seq_id)
         state.slot = None

@@ -15,8 +15,18 @@ from typing import Any
 
 import httpx
 
+from outpost.core import STEP_DELAY_ENV
+
 OUTPOST = [sys.executable, "-m", "outpost.cli"]
 START_TIMEOUT = 90.0
+
+
+def paced(ms: float) -> dict[str, str]:
+    """Server environment that makes every decoding step take at least `ms` milliseconds.
+
+    How e2e tests hold the engine without racing it: a prefill of N chunks or a generation of N
+    tokens then lasts at least N * ms, on any machine, so "still running" is a fact, not a bet."""
+    return {STEP_DELAY_ENV: f"{ms:g}"}
 
 
 def free_port() -> int:
@@ -36,7 +46,10 @@ class Server:
         self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         self.verify: Any = ssl.create_default_context(cafile=tls_ca) if tls_ca else True
         self._err = tempfile.NamedTemporaryFile(prefix="outpost-serve-", suffix=".log", delete=False)  # noqa: SIM115
-        cmd = [*OUTPOST, "serve", "-m", str(model), "--port", str(self.port), "-t", "2", *args]
+        # One thread: the tiny model needs no more, and on a CPU shared with other work llama.cpp's
+        # OpenMP barrier waits for a descheduled second thread every op (measured under load
+        # ~10 on 2 cores: 5 ms a token with -t 1, 200-250 ms with -t 2).
+        cmd = [*OUTPOST, "serve", "-m", str(model), "--port", str(self.port), "-t", "1", *args]
         environ = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._err, env=environ)
 
@@ -107,9 +120,13 @@ class Server:
 
 
 def start(
-    model: Path, *args: str, tls_ca: str | None = None, headers: dict[str, str] | None = None
+    model: Path,
+    *args: str,
+    tls_ca: str | None = None,
+    headers: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Server:
-    server = Server(model, *args, tls_ca=tls_ca)
+    server = Server(model, *args, tls_ca=tls_ca, env=env)
     server.wait_ready(headers=headers)
     return server
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_harness import OUTPOST, Server, assert_openai_error, sse_events
+from server_harness import OUTPOST, Server, assert_openai_error, paced, sse_events
 
 from outpost.engine.hugepages import OPT_OUT, environ_with_hugepages, glibc_version, thp_mode
 
@@ -38,7 +38,9 @@ def test_bad_flags_and_missing_model_exit_2_with_one_line(tmp_path: Path) -> Non
 
 
 def test_sigterm_drains_in_flight_requests_then_exits_0(tiny_model: Path) -> None:
-    server = Server(tiny_model, "-np", "2", "-c", "2048", "--grace-period", "30")
+    # Paced at >= 25 ms a step: the 300-token stream lasts >= 7.5 s, so it is still in flight
+    # while the drain is checked, however fast the machine.
+    server = Server(tiny_model, "-np", "2", "-c", "2048", "--grace-period", "300", env=paced(25))
     try:
         _check_drain(server)
     finally:
@@ -54,12 +56,12 @@ def _check_drain(server: Server) -> None:
     def stream() -> None:
         body = {
             "messages": [{"role": "user", "content": "a long story"}],
-            "max_tokens": 1500,
+            "max_tokens": 300,
             "ignore_eos": True,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=120) as r:
+        with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=300) as r:
             lines = []
             for line in r.iter_lines():
                 lines.append(line)
@@ -69,24 +71,34 @@ def _check_drain(server: Server) -> None:
 
     worker = threading.Thread(target=stream)
     worker.start()
-    assert first_token.wait(30)
+    assert first_token.wait(120)
     server.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    health = _wait_for_health_status(server, "draining", 20.0)
     assert server.proc.poll() is None, "must keep serving the in-flight stream"
-    health = httpx.get(f"{server.url}/health", timeout=5)
-    assert health.status_code == 503 and health.json()["status"] == "draining"
+    assert health.status_code == 503
     refused = httpx.post(
         f"{server.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}
     )
     assert_openai_error(refused, 503, "draining")
     assert httpx.get(f"{server.url}/ping", timeout=5).status_code == 503
-    worker.join(60)
+    worker.join(300)
     assert not worker.is_alive()
     events = result["events"]
     assert isinstance(events, list) and events[-1] == "[DONE]"
-    assert events[-2]["usage"]["completion_tokens"] == 1500, "the in-flight stream finished in full"
-    assert server.proc.wait(30) == 0
+    assert events[-2]["usage"]["completion_tokens"] == 300, "the in-flight stream finished in full"
+    assert server.proc.wait(60) == 0
     assert "draining" in server.stderr()
+
+
+def _wait_for_health_status(server: Server, status: str, timeout: float) -> httpx.Response:
+    """Polls /health until it reports `status` (the signal was handled); bounded by `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = httpx.get(f"{server.url}/health", timeout=5)
+        if r.json().get("status") == status:
+            return r
+        time.sleep(0.02)
+    raise AssertionError(f"/health never said {status!r} within {timeout} s: {r.text}")
 
 
 @pytest.mark.skipif(

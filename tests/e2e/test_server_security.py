@@ -15,12 +15,15 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from server_harness import Server, assert_openai_error, sse_events, start
+from server_harness import Server, assert_openai_error, paced, sse_events, start
 
 KEY_FLAG = "sk-flag-0123456789"
 KEY_FILE = "sk-file-abcdefghij"
 ORIGIN = "https://app.example.com"
 SECRET_PROMPT = "the launch code is 0000"
+# Every step takes >= 5 ms, so 1,900 tokens take >= 9.5 s: past the 3 s request timeout on any machine.
+STEP_MS, TIMEOUT_S, LONG_TOKENS = 5, 3, 1900
+assert LONG_TOKENS * STEP_MS / 1000 > 3 * TIMEOUT_S
 
 
 def self_signed(directory: Path) -> tuple[str, str]:
@@ -59,8 +62,8 @@ def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     keys.write_text(f"# team keys\n{KEY_FILE}\n\n")
     args = ("-np", "2", "-c", "2048", "--api-key", KEY_FLAG, "--api-key-file", str(keys))
     args += ("--ssl-keyfile", key, "--ssl-certfile", cert, "--cors-origins", ORIGIN)
-    args += ("--request-timeout", "2", "--log-prompts")
-    with start(tiny_model, *args, tls_ca=cert) as srv:
+    args += ("--request-timeout", str(TIMEOUT_S), "--log-prompts")
+    with start(tiny_model, *args, tls_ca=cert, env=paced(STEP_MS)) as srv:
         yield srv
 
 
@@ -123,7 +126,7 @@ def test_cors_preflight_and_headers(server: Server) -> None:
 
 def test_request_timeout_is_504_or_a_stream_error(server: Server) -> None:
     auth = {"Authorization": f"Bearer {KEY_FLAG}"}
-    long = {"messages": [{"role": "user", "content": "go on"}], "max_tokens": 1900, "ignore_eos": True}
+    long = {"messages": [{"role": "user", "content": "go on"}], "max_tokens": LONG_TOKENS, "ignore_eos": True}
     with server.client(timeout=60) as c:
         r = c.post("/v1/chat/completions", json=long, headers=auth)
         err = assert_openai_error(r, 504, "timeout")
@@ -138,7 +141,7 @@ def test_request_timeout_is_504_or_a_stream_error(server: Server) -> None:
         "param",
         "code",
     }
-    server.wait_idle(3.0)
+    server.wait_idle(10.0)
 
 
 def test_log_has_prompts_when_asked_and_never_keys(server: Server) -> None:

@@ -95,10 +95,14 @@ def test_sixteen_concurrent_requests_finish_with_the_right_lengths(engine: Engin
 
 def test_abort_frees_the_slot(engine: Engine) -> None:
     long_request = GenerateRequest(_chat(engine, "Write forever."), max_tokens=2000, sampling=GREEDY)
-    stream = engine.client.generate_sync(long_request)
-    next(stream)
-    assert engine.core.scheduler.slots_busy == 1
-    stream.close()  # the caller goes away
+    engine.core.step_delay = 0.005  # held: 2,000 tokens take >= 10 s, so it is busy when we look
+    try:
+        stream = engine.client.generate_sync(long_request)
+        next(stream)
+        assert engine.core.scheduler.slots_busy == 1
+        stream.close()  # the caller goes away
+    finally:
+        engine.core.step_delay = 0.0
     deadline = time.monotonic() + 10
     while engine.core.scheduler.slots_busy and time.monotonic() < deadline:
         time.sleep(0.01)

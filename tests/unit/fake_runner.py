@@ -7,7 +7,9 @@ evaluated tokens, and returns status 1 (changing nothing) when the cells would e
 
 Sampling is deterministic: the next token is a function of the sequence's whole history (the
 tokens in its KV), so recomputation after a preemption or a prefix copy gives the same text.
-`script(prompt, outputs)` pins the continuation of one prompt.
+`script(prompt, outputs)` pins the continuation of one prompt. Chains belong to requests, as in
+the real runner; with `stateful_chains` a chain's own count of sampled tokens also steers the
+next token (like a seeded RNG or a grammar), so a chain rebuilt mid-request shows in the text.
 """
 
 from __future__ import annotations
@@ -118,14 +120,27 @@ class FakeKV:
         return len(self.cells)
 
 
+@dataclass
+class FakeChain:
+    """A request's sampler chain: how it was set up and every token it has sampled."""
+
+    setup: SamplerSetup
+    sampled: list[int] = field(default_factory=list)
+
+
 class FakeRunner:
     """Carries out SchedulerOutputs on FakeKV; see the module docstring."""
 
-    def __init__(self, capacity: int | None = None, n_batch: int | None = None) -> None:
+    def __init__(
+        self, capacity: int | None = None, n_batch: int | None = None, stateful_chains: bool = False
+    ) -> None:
         self.kv = FakeKV()
         self.capacity = capacity
         self.n_batch = n_batch
-        self.samplers: dict[int, SamplerSetup] = {}
+        self.stateful_chains = stateful_chains
+        self.chains: dict[str, FakeChain] = {}  # by request id, until the request ends
+        self.chains_built = 0
+        self.samplers: dict[int, FakeChain] = {}  # seq id -> the chain it samples with
         self.generating: set[int] = set()  # seqs that sampled since their chain was built
         self.evaluated = 0  # tokens decoded successfully
         self.steps: list[SchedulerOutput] = []
@@ -157,12 +172,17 @@ class FakeRunner:
                 self.kv.seq_rm(op.seq_id, op.p0, op.p1)
             elif isinstance(op, SeqCopy):
                 self.kv.seq_cp(op.src, op.dst, op.p0, op.p1)
-        assert not set(out.sampler_frees) & {s.seq_id for s in out.sampler_setups}
-        for seq in out.sampler_frees:
-            self.samplers.pop(seq, None)
-            self.generating.discard(seq)
+        for request_id in out.sampler_drops:
+            chain = self.chains.pop(request_id, None)
+            for seq in [s for s, c in self.samplers.items() if c is chain]:
+                del self.samplers[seq]
+                self.generating.discard(seq)
         for setup in out.sampler_setups:
-            self.samplers[setup.seq_id] = setup
+            chain = self.chains.get(setup.request_id)
+            if chain is None:
+                chain = self.chains[setup.request_id] = FakeChain(setup)
+                self.chains_built += 1
+            self.samplers[setup.seq_id] = chain
             self.generating.discard(setup.seq_id)
 
     def decode(self, out: SchedulerOutput) -> RunnerOutput:
@@ -211,7 +231,11 @@ class FakeRunner:
             if chunk.seq_id == self.drop_sample_for:
                 self.drop_sample_for = None
                 continue
+            chain = self.samplers[chunk.seq_id]
             token = self.next_token(self.kv.tokens(chunk.seq_id))
+            if self.stateful_chains and token != EOG:
+                token = 1 + (token + 7 * len(chain.sampled)) % 26
+            chain.sampled.append(token)
             sampled[chunk.seq_id] = SampledToken(token, piece(token), token == EOG)
             self.generating.add(chunk.seq_id)
         return sampled

@@ -13,10 +13,14 @@ from outpost.bench.stats import percentile, stats
 
 TTFT, ITL, TOKENS = 0.1, 0.02, 16
 TOL = 0.25  # generous: a loaded 2-core machine delays every wake-up a little
+# What a shared, loaded CPU may add to a latency measured from the request's start (connection,
+# parsing, a late wake-up): such a latency can come late, never early, so only the upper bound
+# gets it (measured: +25 ms on TTFT at 4 concurrent under load ~10 on 2 cores).
+LATE = 0.1
 
 
-def near(measured: float | None, planted: float, tol: float = TOL) -> bool:
-    return measured is not None and abs(measured - planted) <= tol * planted
+def near(measured: float | None, planted: float, tol: float = TOL, late: float = 0.0) -> bool:
+    return measured is not None and planted * (1 - tol) <= measured <= planted * (1 + tol) + late
 
 
 def test_planted_latencies_are_measured_at_one_and_four_concurrent() -> None:
@@ -26,14 +30,14 @@ def test_planted_latencies_are_measured_at_one_and_four_concurrent() -> None:
     for run in result.runs:
         s = run.summary
         assert s.requests_ok == 6 and s.errors == 0, s.errors_by_code
-        assert near(s.ttft_s.p50, TTFT) and near(s.ttft_s.mean, TTFT), s.ttft_s
+        assert near(s.ttft_s.p50, TTFT, late=LATE) and near(s.ttft_s.mean, TTFT, late=LATE), s.ttft_s
         assert near(s.itl_s.p50, ITL) and near(s.itl_s.p90, ITL), s.itl_s
         assert near(s.tpot_s.p50, e2e / TOKENS), s.tpot_s
-        assert near(s.e2e_s.p50, e2e), s.e2e_s
-        assert near(s.request_output_tok_s.p50, TOKENS / e2e), s.request_output_tok_s
+        assert near(s.e2e_s.p50, e2e, late=LATE), s.e2e_s
+        assert near(TOKENS / s.request_output_tok_s.p50, e2e, late=LATE), s.request_output_tok_s
         # aggregate: 6 requests of TOKENS tokens, in rounds of `level` requests of e2e seconds each
         rounds = -(-6 // int(s.level))
-        assert near(s.output_tok_s, 6 * TOKENS / (rounds * e2e), 0.3), (s.level, s.output_tok_s)
+        assert near(6 * TOKENS / s.output_tok_s, rounds * e2e, 0.3, rounds * LATE), (s.level, s.output_tok_s)
         assert all(r.output_tokens == TOKENS and r.finish_reason == "length" for r in run.records)
 
 

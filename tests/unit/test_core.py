@@ -10,7 +10,7 @@ import time
 import pytest
 from fake_runner import FakeRunner, reference_tokens
 
-from outpost.core import EngineClient, EngineCore
+from outpost.core import STEP_DELAY_ENV, EngineClient, EngineCore, step_delay_from_env
 from outpost.messages import FinishReason, GenerateRequest, QueueFull, TokenEvent
 from outpost.scheduler import Scheduler, SchedulerConfig
 from outpost.scheduler.output import RunnerOutput, SchedulerOutput
@@ -24,12 +24,15 @@ class SlowFakeRunner(FakeRunner):
         self.delay = delay
         self.threads: set[str] = set()
         self.closed = False
+        self.gate = threading.Event()  # cleared: every step waits here (the engine is held)
+        self.gate.set()
 
     def warmup(self) -> None:
         self.threads.add(threading.current_thread().name)
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
         self.threads.add(threading.current_thread().name)
+        assert self.gate.wait(30), "a test held the engine for too long"
         time.sleep(self.delay)
         return super().execute(out)
 
@@ -86,15 +89,17 @@ def test_async_streams_run_together_and_early_exit_aborts() -> None:
 
 
 def test_queue_full_is_raised_at_submit() -> None:
-    core = _core(SlowFakeRunner(delay=0.05), slots=1, max_queue=1)
+    runner = SlowFakeRunner()
+    runner.gate.clear()  # held: nothing finishes while we fill the queue, however slow this thread is
+    core = _core(runner, slots=1, max_queue=1)
     seen: list[TokenEvent] = []
     try:
         core.submit(GenerateRequest([1, 2], max_tokens=50), seen.append)
         core.submit(GenerateRequest([1, 3], max_tokens=50), seen.append)
         with pytest.raises(QueueFull):
-            for i in range(4):
-                core.submit(GenerateRequest([1, 4 + i], max_tokens=50), seen.append)
+            core.submit(GenerateRequest([1, 4], max_tokens=50), seen.append)
     finally:
+        runner.gate.set()
         core.stop()
     finished = [e for e in seen if e.finished]
     assert len(finished) >= 2 and all(e.finish_reason is not None for e in finished)
@@ -137,3 +142,25 @@ def test_build_runs_on_the_engine_thread_and_its_failure_reaches_the_caller() ->
 
     with pytest.raises(ValueError, match="not a GGUF"):
         EngineCore.built_on_thread(failing)
+
+
+def test_the_debug_step_delay_paces_every_decoding_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OUTPOST_DEBUG_STEP_DELAY_MS: a floor on each step's time (tests hold the engine with it)."""
+    monkeypatch.setenv(STEP_DELAY_ENV, "20")
+    assert step_delay_from_env() == pytest.approx(0.02)
+    core = _core(SlowFakeRunner(delay=0.0))
+    try:
+        assert core.step_delay == pytest.approx(0.02)
+        started = time.monotonic()
+        events = list(EngineClient(core).generate_sync(GenerateRequest([5, 6], max_tokens=10)))
+        elapsed = time.monotonic() - started
+    finally:
+        core.stop()
+    assert [t for e in events for t in e.token_ids] == reference_tokens([5, 6], 10)
+    assert elapsed >= 10 * 0.02, "ten decoding steps, each held for 20 ms at least"
+    for bad in ("soon", "-5", "1e9"):
+        monkeypatch.setenv(STEP_DELAY_ENV, bad)
+        with pytest.raises(ValueError, match=STEP_DELAY_ENV):
+            step_delay_from_env()
+    monkeypatch.delenv(STEP_DELAY_ENV)
+    assert step_delay_from_env() == 0.0

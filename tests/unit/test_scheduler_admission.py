@@ -137,13 +137,14 @@ def test_unrelated_prompt_takes_the_least_recently_used_slot() -> None:
 
 def test_sampler_setup_history_is_the_prompt_tail() -> None:
     h = Harness(SchedulerConfig(n_slots=1, n_ctx=512, n_ctx_seq=512))
-    h.add(prompt(10), max_tokens=1, sampling=greedy(penalty_last_n=4))
+    rid = h.add(prompt(10), max_tokens=1, sampling=greedy(penalty_last_n=4))
     h.step()
     assert h.runner.steps[0].sampler_setups == [
-        SamplerSetup(0, greedy(penalty_last_n=4), tuple(prompt(10)[-4:]))
+        SamplerSetup(0, rid, greedy(penalty_last_n=4), tuple(prompt(10)[-4:]))
     ]
     h.run()
-    assert h.runner.steps[-1].sampler_frees == [0]
+    assert h.runner.steps[-1].sampler_drops == [rid]
+    assert not h.runner.chains and not h.runner.samplers, "an ended request's chain is freed"
 
 
 def test_queue_full() -> None:
@@ -210,3 +211,32 @@ def test_stats_and_has_work() -> None:
     h.run()
     assert h.sched.slots_busy == 0 and h.sched.queue_depth == 0
     assert text_of(h.runner.kv.tokens(0)[6:]) == text_of(reference_tokens(prompt(6, base=400), 2))
+
+
+def test_prefill_budget_caps_prompt_chunks_only_while_others_generate() -> None:
+    """A long prompt arriving while a stream generates is read 8 tokens a step, so the stream gets
+    its token every step at the cost of 8 prompt tokens; alone, a prompt takes the whole step."""
+    h = Harness(SchedulerConfig(n_slots=2, n_ctx=512, n_ctx_seq=256, step_token_budget=64, prefill_budget=8))
+    streaming = h.add(prompt(4), max_tokens=40)
+    h.step()
+    h.step()  # generating now
+    first_steps = len(h.runner.steps)
+    long = h.add(prompt(100, base=1000), max_tokens=3)
+    h.run()
+    during = h.runner.steps[first_steps:]
+    long_seq = 1
+    prompt_chunks = [c for out in during for c in out.chunks if c.seq_id == long_seq and len(c.tokens) > 1]
+    assert prompt_chunks and all(len(c.tokens) <= 8 for c in prompt_chunks)
+    assert sum(len(c.tokens) for c in prompt_chunks) >= 99
+    for out in during[: len(prompt_chunks)]:  # every step of that prefill also decoded the stream
+        assert any(c.seq_id == 0 and len(c.tokens) == 1 for c in out.chunks)
+    assert h.token_ids(streaming) == reference_tokens(prompt(4), 40)
+    assert h.token_ids(long) == reference_tokens(prompt(100, base=1000), 3)
+    alone = Harness(
+        SchedulerConfig(n_slots=2, n_ctx=512, n_ctx_seq=256, step_token_budget=64, prefill_budget=8)
+    )
+    alone.add(prompt(100, base=1000), max_tokens=1)
+    alone.step()
+    assert alone.runner.steps[0].num_tokens == 64, "nothing generates: the prompt takes the whole step"
+    with pytest.raises(ValueError, match="prefill_budget"):
+        SchedulerConfig(prefill_budget=0)

@@ -56,6 +56,30 @@ def test_full_cache_preempts_the_youngest_and_recomputes() -> None:
     assert h.final(rids[-1]).timings.predicted_n == 20  # type: ignore[union-attr]
 
 
+def test_a_preempted_request_resumes_with_its_own_sampler_chain() -> None:
+    """Chains carry state (grammar position, penalty window, RNG): a preempted request must come
+    back with the chain it had, so its text is exactly what it would have been without pressure."""
+
+    def run(n_ctx: int) -> tuple[Harness, list[list[int]], list[str]]:
+        h = Harness(
+            SchedulerConfig(n_slots=4, n_ctx=n_ctx, n_ctx_seq=64, step_token_budget=16),
+            FakeRunner(stateful_chains=True),
+        )
+        rids = [h.add(prompt(8, base=100 * (i + 1)), max_tokens=20) for i in range(4)]
+        h.run()
+        return h, [h.token_ids(r) for r in rids], rids
+
+    roomy, expected, _ = run(n_ctx=512)
+    assert len(setups_with_prompt(roomy, prompt(8, base=400))) == 1, "no pressure, no preemption"
+    tight, got, _ = run(n_ctx=64)
+    assert len(setups_with_prompt(tight, prompt(8, base=400))) >= 2, "the youngest was never preempted"
+    assert got == expected
+    assert [len(t) for t in got] == [20] * 4
+    assert expected[3] != reference_tokens(prompt(8, base=400), 20), "the chain state steers the text"
+    assert tight.runner.chains_built == 4, "one chain per request, preempted or not"
+    assert not tight.runner.chains, "every chain is freed when its request ends"
+
+
 def test_no_kv_slot_evicts_idle_caches_first() -> None:
     runner = FakeRunner(capacity=40)
     h = Harness(
@@ -200,6 +224,7 @@ def test_random_traffic_keeps_every_invariant(seed: int) -> None:
         assert got == expected[: len(got)], rid  # never a wrong or repeated token
         if final.finish_reason == FinishReason.LENGTH:
             assert len(got) == min(n, config.n_ctx_seq - len(p))
+    assert not runner.chains and not runner.samplers, "no sampler chain outlives its request"
 
 
 def test_admission_drops_idle_caches_beyond_the_budget() -> None:

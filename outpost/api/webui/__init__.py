@@ -1,0 +1,61 @@
+"""The browser chat page at `/`: static files shipped in the package, served with strict headers.
+
+Plain HTML, CSS and JavaScript (no build step, no CDN). The page holds no secrets, so its paths are
+open like /health; everything it calls (/v1/models, /v1/chat/completions) still needs the API key,
+which the page sends as an `Authorization` header, never in a URL. `install(app)` adds the routes
+to any FastAPI app (the server's, and later the gateway's); `OPEN_PATHS` are the paths to exempt
+from API-key checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from importlib import resources
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+# The page may load only its own files and talk only to its own origin: no inline script or style,
+# no frames, no plugins, no form posts elsewhere.
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "manifest-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    # Revalidate every load, so an upgraded server never runs an old app.js against a new API.
+    "Cache-Control": "no-cache",
+}
+# URL path -> (file under static/, media type)
+ASSETS = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/webui/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/webui/style.css": ("style.css", "text/css; charset=utf-8"),
+    "/webui/icon.svg": ("icon.svg", "image/svg+xml"),
+}
+OPEN_PATHS: tuple[str, ...] = tuple(ASSETS)
+
+
+def _asset_route(body: bytes, media_type: str) -> Callable[[], Awaitable[Response]]:
+    async def asset() -> Response:
+        return Response(body, media_type=media_type, headers=SECURITY_HEADERS)
+
+    return asset
+
+
+def build_router() -> APIRouter:
+    """GET routes for every asset; the files are read once, here."""
+    router = APIRouter(include_in_schema=False)
+    static = resources.files(__package__) / "static"
+    for path, (name, media_type) in ASSETS.items():
+        body = (static / name).read_bytes()
+        router.add_api_route(path, _asset_route(body, media_type), methods=["GET"])
+    return router
+
+
+__all__ = ["ASSETS", "CSP", "OPEN_PATHS", "SECURITY_HEADERS", "build_router"]

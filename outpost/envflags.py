@@ -1,0 +1,105 @@
+"""Configuration by environment: every long flag of the server commands has an `OUTPOST_*` variable.
+
+The name comes from the long flag (`--api-key-file` -> `OUTPOST_API_KEY_FILE`, `--alias` ->
+`OUTPOST_ALIAS`, `--no-prefix-cache` -> `OUTPOST_NO_PREFIX_CACHE`). A variable becomes the flag's
+default, so a flag on the command line still wins. Lists (repeatable flags) are comma-separated;
+switches take 1/true/yes/on or 0/false/no/off; an empty variable is unset. Applied to whichever of
+ENV_COMMANDS is being run, so a subcommand added later (gateway, worker) gets its variables by being
+named here; `--help` lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from outpost.entry import subcommand
+
+PREFIX = "OUTPOST_"
+ENV_COMMANDS = ("serve", "gateway", "worker")
+# Names the README documented before the rule above; the flag's own name wins when both are set.
+ALIASES = {"OUTPOST_MODEL_PATH": "--model", "OUTPOST_API_KEYS": "--api-key"}
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+def env_name(action: argparse.Action) -> str | None:
+    """`OUTPOST_<LONG_FLAG>` for an option with a long flag; None for positionals, --help and such."""
+    if isinstance(action, argparse._HelpAction | argparse._VersionAction | argparse._SubParsersAction):
+        return None
+    long = next((s for s in action.option_strings if s.startswith("--")), None)
+    return None if long is None else PREFIX + long[2:].upper().replace("-", "_")
+
+
+def _names(action: argparse.Action) -> list[str]:
+    own = env_name(action)
+    if own is None:
+        return []
+    return [own, *(alias for alias, flag in ALIASES.items() if flag in action.option_strings)]
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser's subcommands by name (empty when it has none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _convert_one(parser: argparse.ArgumentParser, action: argparse.Action, name: str, raw: str) -> Any:
+    try:
+        value = action.type(raw) if callable(action.type) else raw
+    except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+        parser.error(f"{name}={raw!r} is not a valid {action.dest}: {exc}")
+    if action.choices is not None and value not in action.choices:
+        parser.error(f"{name}={raw!r}: choose one of {', '.join(map(str, action.choices))}")
+    return value
+
+
+def _value(parser: argparse.ArgumentParser, action: argparse.Action, name: str, raw: str) -> Any:
+    """The default that `name=raw` gives `action`, or `action.default` for a switch turned off."""
+    if isinstance(action, argparse._StoreConstAction | argparse._AppendConstAction):
+        word = raw.strip().lower()
+        if word not in _TRUE | _FALSE:
+            parser.error(f"{name}={raw!r}: use 1/true/yes/on or 0/false/no/off")
+        if word in _TRUE:
+            return action.const
+        return False if isinstance(action, argparse._StoreTrueAction) else action.default
+    if isinstance(action, argparse._AppendAction) or action.nargs in ("*", "+"):
+        return [_convert_one(parser, action, name, v.strip()) for v in raw.split(",") if v.strip()]
+    return _convert_one(parser, action, name, raw)
+
+
+def apply_env(command: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """Make each OUTPOST_* variable set in `environ` the default of `command`'s matching flag."""
+    for action in command._actions:
+        # An empty variable counts as unset, as compose files and manifests often leave them.
+        found = next(((n, environ[n]) for n in _names(action) if environ.get(n)), None)
+        if found is not None:
+            action.default = _value(command, action, *found)
+            action.required = False
+
+
+def annotate_help(command: argparse.ArgumentParser) -> None:
+    """Append `[env: OUTPOST_*]` to each flag's help, so `--help` lists the variables."""
+    for action in command._actions:
+        names = _names(action)
+        if names and action.help != argparse.SUPPRESS:
+            action.help = f"{action.help or ''} [env: {', '.join(names)}]".strip()
+
+
+def use_environment(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+    commands: Iterable[str] = ENV_COMMANDS,
+) -> None:
+    """Before `parser.parse_args(argv)`: env defaults and help notes for the server subcommand run."""
+    name = subcommand(argv)
+    command = subparsers(parser).get(name) if name in set(commands) else None
+    if command is None:
+        return
+    annotate_help(command)
+    apply_env(command, os.environ if environ is None else environ)

@@ -1,0 +1,50 @@
+"""The deploy tier (`make test-deploy`, `pytest -m deploy tests/deploy`): builds the container image here
+and runs it with podman. Skipped by a plain `pytest tests`, since the first image build compiles llama.cpp.
+
+OUTPOST_TEST_IMAGE=NAME:TAG uses an image already built (make test-deploy passes the one `make image`
+printed); otherwise the session builds it with deploy/image.sh.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from podman_harness import FIGURES, ROOT, podman, podman_env
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if "deploy" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="deploy tier: run with make test-deploy (pytest -m deploy)")
+    for item in items:
+        if item.get_closest_marker("deploy"):
+            item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for name, value in FIGURES.items():
+        terminalreporter.write_line(f"deploy figure: {name}: {value}")
+
+
+@pytest.fixture(scope="session")
+def image() -> Iterator[str]:
+    if shutil.which("podman") is None:
+        pytest.fail("podman is missing: make deploy-deps installs it")
+    name = os.environ.get("OUTPOST_TEST_IMAGE")
+    if not name:
+        out = subprocess.run(
+            [str(ROOT / "deploy" / "image.sh")],
+            env=podman_env(),
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
+        assert out.returncode == 0, out.stderr[-4000:]
+        name = out.stdout.strip().splitlines()[-1]
+    size = int(podman("image", "inspect", "--format", "{{.Size}}", name).stdout)
+    FIGURES["image"] = f"{name}, {size / 1e6:.0f} MB"
+    yield name
