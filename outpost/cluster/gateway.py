@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
 from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 
 from outpost.backend import BackendStats, PromptCodec
@@ -67,7 +67,7 @@ class GatewayLink:
         self.pending: dict[str, _Pending] = {}
         self.workers: dict[str, WorkerSeen] = {}
         self.depths: dict[str, int] = {}
-        self.counters = {"redeliveries": 0, "resumes": 0, "duplicates": 0, "dead_lettered": 0}
+        self.counters = {"resumes": 0, "duplicates": 0, "dead_lettered": 0}
         self._conn: AbstractRobustConnection | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -89,7 +89,9 @@ class GatewayLink:
         self._control, status = await topology.declare_common(self._pub)
         for model in self.models:
             await topology.declare_request_queue(self._pub, model)
-        self._side: AbstractChannel = await conn.channel()
+        side = await conn.channel()
+        assert isinstance(side, AbstractRobustChannel)  # a robust connection's channels are robust
+        self._side = side
         replies = await self._side.declare_queue(self.reply_name, exclusive=True, auto_delete=True)
         await replies.consume(self._on_reply, no_ack=True)
         # Named, not server-named: a robust reconnect re-declares it by name ("amq.gen-*" is refused).
@@ -256,10 +258,14 @@ class GatewayLink:
             with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
                 if self.connected:
                     for model in self.models:
-                        queue = await self._side.declare_queue(topology.request_queue(model), passive=True)
+                        # robust=False: aio-pika answers a repeated robust passive declare from its
+                        # cache, with the depth of the first one.
+                        queue = await self._side.declare_queue(
+                            topology.request_queue(model), passive=True, robust=False
+                        )
                         result = queue.declaration_result
                         self.depths[model] = int(result.message_count or 0)
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(0.5)
 
     async def _expire(self) -> None:
         """A last resort for a final reply that never comes (e.g. a dead-letter lost with its broker)."""

@@ -19,6 +19,7 @@ from outpost.api.config import ServerConfig
 from outpost.api.server import DrainingServer, configure_logging
 from outpost.cluster import topology
 from outpost.cluster.gateway import GatewayLink, RemoteBackend
+from outpost.cluster.metrics import ClusterCollector
 
 _log = logging.getLogger("outpost.api")
 
@@ -68,6 +69,7 @@ async def _serve(
         return backends
 
     app = create_app(load, config)
+    app.state.server.metrics.registry.register(ClusterCollector(link))
     uv_config = uvicorn.Config(
         app,
         host=config.host,

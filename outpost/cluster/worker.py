@@ -181,7 +181,8 @@ class Worker:
                 if self._consume_ch.is_closed or self._tag is None:
                     continue
                 underlay = await self._consume_ch.get_underlay_channel()
-                if self._tag not in underlay.consumers and not self._draining:
+                consumers: dict[str, object] = getattr(underlay, "consumers", {})  # aiormq's, untyped
+                if self._tag not in consumers and not self._draining:
                     _log.warning(
                         "worker %s: the broker cancelled the consumer; consuming again", self.worker_id
                     )
@@ -271,6 +272,7 @@ class Worker:
             attempt, seq = state.attempt, state.seq
             request = continued(request, state.token_ids)
             _log.warning("worker %s: resuming %s after %d tokens", self.worker_id, rid, len(state.token_ids))
+        await self._end_stale_copy(rid)
         final = self._final_without_running(request)
         if final is not None:
             await self._reply(reply_to, wire.ReplyBatch(rid, attempt, seq, [final]))
@@ -278,6 +280,16 @@ class Worker:
             await self._generate(request, reply_to, attempt, seq)
         await message.ack()
         self.completed += 1
+
+    async def _end_stale_copy(self, rid: str) -> None:
+        """A redelivery after our own channel broke: the copy still running here is doomed, end it."""
+        if rid not in self._running:
+            return
+        self.engine.abort(rid)
+        for _ in range(1000):  # bounded: the engine ends an aborted request within a step
+            if rid not in self._running:
+                return
+            await asyncio.sleep(0.01)
 
     def _final_without_running(self, request: GenerateRequest) -> TokenEvent | None:
         rid = request.request_id

@@ -222,3 +222,22 @@ def test_poison_request_fails_once_after_the_delivery_limit(rabbitmq: Any) -> No
             assert kills <= topology.DELIVERY_LIMIT + 2
 
     run(main())
+
+
+def test_a_cancelled_consumer_is_re_established(rabbitmq: Any) -> None:
+    """aio-pika does not surface a consumer cancelled under it; the worker's watchdog consumes again."""
+    broker = rabbitmq
+    engine = CountingEngine(slots=1, step_s=0.005)
+
+    async def main() -> None:
+        async with cluster(broker, _model(), [engine]) as (backend, workers):
+            worker = workers[0][0]
+            underlay = await worker._consume_ch.get_underlay_channel()
+            old_tag = worker._tag
+            assert old_tag is not None
+            await underlay.basic_cancel(old_tag)  # behind aio-pika's back, as a broker cancel is
+            await until(lambda: worker._tag != old_tag, "a new consumer", timeout=10.0)
+            events = await collect(await backend.submit(request(max_tokens=5)))
+            assert tokens(events) == list(range(3, 8))
+
+    run(main())
