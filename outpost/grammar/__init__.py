@@ -3,7 +3,7 @@
 No llama_cpp import: the API layer (and a gateway without a model) can build and check grammars;
 the engine only receives the GBNF text. `json_schema_to_grammar` honours what schemas use:
 `enum`, `const`, `required`, `minLength`/`maxLength`, `minItems`/`maxItems`, integer
-`minimum`/`maximum` (numbers of `type: number` keep no bounds).
+`minimum`/`maximum`, and number bounds (as integers or plain decimals that stay in range).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from itertools import groupby
 from typing import Any, List, Optional, Set, Tuple, Union
 
 from outpost.grammar.intrange import int_bounds, min_max_int_rule
+from outpost.grammar.numrange import number_bounds_rule
 
 
 INVALID_RULE_CHARS_RE = re.compile(r"[^a-zA-Z0-9-]+")
@@ -549,6 +550,10 @@ class SchemaConverter:
         elif schema_type == "integer" and (bounds := int_bounds(schema)) is not None:
             # Outpost: honour integer bounds (the upstream Python converter ignored them)
             return self._add_rule(rule_name, "(" + min_max_int_rule(*bounds) + ") space")
+
+        elif schema_type == "number" and (expr := number_bounds_rule(schema)) is not None:
+            # Outpost: honour number bounds too (integers or plain decimals that stay in range)
+            return self._add_rule(rule_name, "(" + expr + ") space")
 
         elif (schema_type == "object") or (len(schema) == 0):
             return self._add_rule(rule_name, self._add_primitive("object", PRIMITIVE_RULES["object"]))

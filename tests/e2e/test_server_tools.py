@@ -91,11 +91,15 @@ def _per_seed(client: openai.OpenAI, **kwargs: Any) -> list[Any]:
         return list(pool.map(one, SEEDS))
 
 
-def test_response_format_integer_bounds_hold_for_every_seed(client: openai.OpenAI) -> None:
-    props = {"n": {"type": "integer", "maximum": 7}, "k": {"type": "integer", "minimum": 1, "maximum": 7}}
-    schema = {"type": "object", "properties": props, "required": ["n", "k"]}
-    fmt: Any = {"type": "json_schema", "json_schema": {"name": "nk", "schema": schema}}
-    for r in _per_seed(client, response_format=fmt, max_tokens=60, temperature=1.5):
+def test_response_format_numeric_bounds_hold_for_every_seed(client: openai.OpenAI) -> None:
+    props = {
+        "n": {"type": "integer", "maximum": 7},
+        "k": {"type": "integer", "minimum": 1, "maximum": 7},
+        "x": {"type": "number", "minimum": -2.5, "maximum": 1.5},
+    }
+    schema = {"type": "object", "properties": props, "required": ["n", "k", "x"]}
+    fmt: Any = {"type": "json_schema", "json_schema": {"name": "nkx", "schema": schema}}
+    for r in _per_seed(client, response_format=fmt, max_tokens=120, temperature=1.5):
         assert r.choices[0].finish_reason == "stop", r
         jsonschema.validate(json.loads(r.choices[0].message.content or ""), schema)
 
