@@ -97,6 +97,15 @@ def test_models_and_unknown_model(fleet: tuple[Gateway, list[Proc]], model: Path
     assert_openai_error(r, 404)
 
 
+def test_gateway_serves_the_chat_page(fleet: tuple[Gateway, list[Proc]]) -> None:
+    from outpost.api import webui
+
+    gateway, _ = fleet
+    page = httpx.get(f"{gateway.url}/", timeout=30)
+    assert page.status_code == 200 and "<html" in page.text.lower()
+    assert page.headers["content-security-policy"] == webui.CSP
+
+
 @pytest.mark.parametrize(
     ("path", "body", "status", "code"), [c[1:] for c in BAD_INPUT], ids=[c[0] for c in BAD_INPUT]
 )
