@@ -37,6 +37,7 @@ def add_worker_parser(sub: Any, handler: Any) -> None:
     p.add_argument("--cache-idle-cells", type=int)
     p.add_argument("--chat-template", help="jinja chat template file overriding the model's")
     p.add_argument("--worker-id", help="id in heartbeats (default: host-pid-random, unique per process)")
+    p.add_argument("--otlp-endpoint", help="export queue wait / prefill / decode spans to this OTLP/HTTP URL")
     p.set_defaults(handler=handler)
 
 
@@ -51,6 +52,7 @@ def run_worker(args: argparse.Namespace, model_path: str) -> int:
     from outpost.cluster.topology import broker_url
     from outpost.cluster.worker import RuntimeEngine, serve_worker
     from outpost.runtime import Engine
+    from outpost.tracing import tracer_for
 
     if not args.broker:
         raise ValueError("--broker is required (or $OUTPOST_BROKER_URL)")
@@ -67,7 +69,9 @@ def run_worker(args: argparse.Namespace, model_path: str) -> int:
         idle_cache_cells=config.cache_idle_cells,
     )
     try:
-        return asyncio.run(serve_worker(url, config.served_model_id, RuntimeEngine(engine), args.worker_id))
+        tracer = tracer_for(args.otlp_endpoint, "outpost-worker")
+        worker_engine = RuntimeEngine(engine)
+        return asyncio.run(serve_worker(url, config.served_model_id, worker_engine, args.worker_id, tracer))
     finally:
         engine.close()
 
@@ -97,12 +101,13 @@ def add_gateway_parser(sub: Any, handler: Any) -> None:
     p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
     p.add_argument("--ssl-keyfile", help="TLS private key (PEM)")
     p.add_argument("--ssl-certfile", help="TLS certificate (PEM)")
+    p.add_argument("--otlp-endpoint", help="export each request's span to this OTLP/HTTP collector URL")
     p.set_defaults(handler=handler)
 
 
 _GATEWAY_OPTIONS = (
     "host port max_queue request_timeout max_body default_max_tokens log_prompts grace_period "
-    "ssl_keyfile ssl_certfile"
+    "ssl_keyfile ssl_certfile otlp_endpoint"
 ).split()
 
 

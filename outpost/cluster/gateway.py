@@ -27,6 +27,7 @@ import aio_pika
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
 from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 
+from outpost import tracing
 from outpost.backend import BackendStats, PromptCodec
 from outpost.cluster import topology, wire
 from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
@@ -130,6 +131,8 @@ class GatewayLink:
         expiration = None
         if request.deadline is not None:
             expiration = max(request.deadline - time.monotonic(), 0.001)
+        headers: dict[str, Any] = {}
+        tracing.inject(headers, tracing.current.get())  # the HTTP request's span, when traced
         message = aio_pika.Message(
             wire.encode_request(request),
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
@@ -137,6 +140,7 @@ class GatewayLink:
             message_id=rid,
             reply_to=self.reply_name,
             expiration=expiration,
+            headers=headers or None,
         )
         try:
             await self._pub.default_exchange.publish(

@@ -20,6 +20,7 @@ from outpost.api.server import DrainingServer, configure_logging
 from outpost.cluster import topology
 from outpost.cluster.gateway import GatewayLink, RemoteBackend
 from outpost.cluster.metrics import ClusterCollector
+from outpost.tracing import Tracer
 
 _log = logging.getLogger("outpost.api")
 
@@ -68,7 +69,13 @@ async def _serve(
         asyncio.run_coroutine_threadsafe(policy, loop).result()
         return backends
 
-    app = create_app(load, config)
+    # The request's span is the gateway's; queue wait, prefill and decode come from the worker.
+    tracer = (
+        Tracer(config.otlp_endpoint, "outpost-gateway", request_span="gateway receive", engine_phases=False)
+        if config.otlp_endpoint
+        else None
+    )
+    app = create_app(load, config, tracer=tracer)
     app.state.server.metrics.registry.register(ClusterCollector(link))
     uv_config = uvicorn.Config(
         app,

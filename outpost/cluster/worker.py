@@ -25,7 +25,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aio_pika
 from aio_pika.abc import (
@@ -36,8 +36,12 @@ from aio_pika.abc import (
 )
 from aiormq.exceptions import AMQPError, PublishError
 
+from outpost import tracing
 from outpost.cluster import topology, wire
 from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
+
+if TYPE_CHECKING:
+    from outpost.tracing import Tracer
 
 _log = logging.getLogger("outpost.cluster.worker")
 
@@ -97,8 +101,16 @@ def delivery_count(message: AbstractIncomingMessage) -> int:
 class Worker:
     """One process's consumer of `outpost.req.<model>` on top of a LocalEngine."""
 
-    def __init__(self, url: str, model: str, engine: LocalEngine, worker_id: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        engine: LocalEngine,
+        worker_id: str | None = None,
+        tracer: Tracer | None = None,
+    ) -> None:
         self.url = url
+        self.tracer = tracer
         self.model = model
         self.engine = engine
         self.worker_id = worker_id or default_worker_id()
@@ -277,7 +289,11 @@ class Worker:
         if final is not None:
             await self._reply(reply_to, wire.ReplyBatch(rid, attempt, seq, [final]))
         else:
-            await self._generate(request, reply_to, attempt, seq)
+            final = await self._generate(request, reply_to, attempt, seq)
+            parent = tracing.extract(message.headers)
+            if self.tracer is not None and parent is not None and final.timings is not None:
+                # Under the gateway's request span: one trace across both processes.
+                self.tracer.record_engine_phases(parent, final.timings, time.time_ns())
         await message.ack()
         self.completed += 1
 
@@ -313,7 +329,8 @@ class Worker:
         finally:
             self._resumes.pop(rid, None)
 
-    async def _generate(self, request: GenerateRequest, reply_to: str, attempt: int, seq: int) -> None:
+    async def _generate(self, request: GenerateRequest, reply_to: str, attempt: int, seq: int) -> TokenEvent:
+        """Run `request`, replying a batch per engine step; returns its final event."""
         rid = request.request_id
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[TokenEvent] = asyncio.Queue()
@@ -344,6 +361,7 @@ class Worker:
                     gateway_gone = True
                     if not finished:
                         self.engine.abort(rid)
+            return batch[-1]
         except BaseException:
             self.engine.abort(rid)  # the connection broke: free the slot, the broker redelivers
             raise
@@ -355,7 +373,9 @@ class Worker:
         await self._pub.default_exchange.publish(message, routing_key=reply_to, mandatory=True, timeout=30)
 
 
-async def serve_worker(url: str, model: str, engine: LocalEngine, worker_id: str | None = None) -> int:
+async def serve_worker(
+    url: str, model: str, engine: LocalEngine, worker_id: str | None = None, tracer: Tracer | None = None
+) -> int:
     """Run a worker until SIGTERM / SIGINT, then drain; returns the exit code."""
     import signal
 
@@ -363,7 +383,11 @@ async def serve_worker(url: str, model: str, engine: LocalEngine, worker_id: str
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    worker = Worker(url, model, engine, worker_id)
-    await worker.run(stop)
+    worker = Worker(url, model, engine, worker_id, tracer)
+    try:
+        await worker.run(stop)
+    finally:
+        if tracer is not None:
+            tracer.flush()
     _log.warning("worker %s: drained after %d requests", worker.worker_id, worker.completed)
     return 0
