@@ -15,6 +15,7 @@ from functools import partial
 from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 
 from outpost.api.app import create_app
 from outpost.api.config import ServerConfig, sized_config
@@ -100,12 +101,8 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def serve(config: ServerConfig, backend_factory: BackendFactory | None = None) -> int:
-    """Serve until stopped; returns the process exit code."""
-    config.engine_config()  # a bad model file is a usage error, before anything starts
-    config, plan = sized_config(config)
-    configure_logging()
-    app = create_app(backend_factory or partial(build_local_backends, config), config)
+def uvicorn_config(app: FastAPI, config: ServerConfig) -> tuple[uvicorn.Config, str]:
+    """How `outpost serve` and `outpost gateway` run their app under uvicorn, and its URL."""
     uv_config = uvicorn.Config(
         app,
         host=config.host,
@@ -119,7 +116,16 @@ def serve(config: ServerConfig, backend_factory: BackendFactory | None = None) -
         timeout_keep_alive=5,
     )
     scheme = "https" if config.tls else "http"
-    url = f"{scheme}://{config.host}:{config.port}"
+    return uv_config, f"{scheme}://{config.host}:{config.port}"
+
+
+def serve(config: ServerConfig, backend_factory: BackendFactory | None = None) -> int:
+    """Serve until stopped; returns the process exit code."""
+    config.engine_config()  # a bad model file is a usage error, before anything starts
+    config, plan = sized_config(config)
+    configure_logging()
+    app = create_app(backend_factory or partial(build_local_backends, config), config)
+    uv_config, url = uvicorn_config(app, config)
     _log.info("loading %s; listening on %s", config.model_path, url)
     server = DrainingServer(uv_config, app.state.server, url, plan)
     server.run()

@@ -12,11 +12,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 from outpost.api.app import create_app
 from outpost.api.config import ServerConfig
-from outpost.api.server import DrainingServer, configure_logging
+from outpost.api.server import DrainingServer, configure_logging, uvicorn_config
 from outpost.cluster import topology
 from outpost.cluster.gateway import GatewayLink, RemoteBackend
 from outpost.cluster.metrics import ClusterCollector
@@ -77,20 +75,7 @@ async def _serve(
     )
     app = create_app(load, config, tracer=tracer)
     app.state.server.metrics.registry.register(ClusterCollector(link))
-    uv_config = uvicorn.Config(
-        app,
-        host=config.host,
-        port=config.port,
-        ssl_keyfile=config.ssl_keyfile,
-        ssl_certfile=config.ssl_certfile,
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=2,
-        timeout_keep_alive=5,
-    )
-    scheme = "https" if config.tls else "http"
-    where = f"{scheme}://{config.host}:{config.port}"
+    uv_config, where = uvicorn_config(app, config)
     _log.info(
         "gateway %s for %s via %s; listening on %s",
         link.gateway_id,
