@@ -139,6 +139,8 @@ def stack(image: str, rabbitmq_image: str, tmp_path_factory: pytest.TempPathFact
         down = s.compose("down", "-v", timeout=300)
         assert down.returncode == 0, down.stderr[-4000:]
         assert s.containers() == []
+        label = f"label=io.podman.compose.project={s.project}"
+        assert podman("volume", "ls", "-q", "--filter", label).stdout.split() == []
 
 
 def test_compose_stack_answers_a_chat_completion_through_the_gateway(stack: Stack) -> None:
@@ -162,6 +164,17 @@ def test_compose_stack_answers_a_chat_completion_through_the_gateway(stack: Stac
     choice = out["choices"][0]
     assert choice["message"]["role"] == "assistant" and choice["finish_reason"] in ("stop", "length")
     assert 1 <= out["usage"]["completion_tokens"] <= 8
-    # Served by one of the two workers, which read the model only from the shared volume.
-    health = httpx.get(stack.url + "/health", timeout=10).json()
-    assert sum(w["requests_done"] for w in _live(health)) >= 1, health
+    # Served by one of the two workers, which read the model only from the shared volume (their
+    # heartbeats carry the count: polled, bounded).
+    deadline = time.monotonic() + 60
+    while True:
+        health = httpx.get(stack.url + "/health", timeout=10).json()
+        if sum(w["requests_done"] for w in _live(health)) >= 1:
+            break
+        assert time.monotonic() < deadline, health
+        time.sleep(0.5)
+    init = podman(
+        "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}",
+        f"{stack.project}_model-init_1",
+    )  # fmt: skip
+    assert init.stdout.split() == ["exited", "0", "0"], init.stdout
