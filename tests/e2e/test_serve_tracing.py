@@ -79,7 +79,7 @@ def test_a_gateway_tracer_names_its_span_and_exposes_it_to_the_handler(
     tracer = Tracer(
         otlp_collector.http_endpoint, "outpost-gateway", request_span="gateway receive", engine_phases=False
     )
-    app = create_app(None, ServerConfig(model_path=str(tiny_model)), tracer=tracer)
+    app = create_app({}, ServerConfig(model_path=str(tiny_model)), tracer=tracer)  # no backend needed
 
     async def probe() -> dict[str, str | None]:
         ctx = current.get()

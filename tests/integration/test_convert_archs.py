@@ -137,7 +137,7 @@ def test_special_tokens_and_chat_template(built: Built) -> None:
         assert model.metadata("tokenizer.chat_template") == CHAT_TEMPLATE
         assert model.vocab.bos == tok.bos_token_id
         assert model.vocab.eos == tok.eos_token_id
-        chat = model.chat_template.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+        chat = model.codec.render_chat([{"role": "user", "content": "hi"}], add_generation_prompt=True)
         assert (
             model.vocab.tokenize(chat, add_special=False) == tok(chat, add_special_tokens=False)["input_ids"]
         )
