@@ -202,9 +202,15 @@ def test_worker_sigterm_drains(rabbitmq: Any, fleet: tuple[Gateway, list[Proc]])
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         future = pool.submit(_stream, gateway, 40, started)
         assert started.wait(120)
-        health = gateway.wait_until(lambda h: any(w["slots_busy"] > 0 for w in live(h)), "a busy worker")
-        busy = next(w for w in live(health) if w["slots_busy"] > 0)
-        victim = next(w for w in workers if f"-{w.proc.pid}-" in busy["id"])
+
+        # Only this fleet's running workers: a worker SIGKILLed by an earlier test still shows in
+        # /health, busy, until its heartbeat ages out.
+        def busy_here(h: dict[str, Any]) -> list[Proc]:
+            ids = [w["id"] for w in live(h) if w["slots_busy"] > 0]
+            return [p for p in workers if p.proc.poll() is None and any(f"-{p.proc.pid}-" in i for i in ids)]
+
+        health = gateway.wait_until(lambda h: bool(busy_here(h)), "a busy worker of this fleet")
+        victim = busy_here(health)[0]
         victim.signal(signal.SIGTERM)
         text, _, usage = future.result(timeout=180)
     assert usage == 40 and text
