@@ -150,8 +150,9 @@ def _add_serve_parser(sub: Any) -> None:
         "-kvu",
         "--kv-unified",
         choices=["auto", "on", "off"],
-        help="one KV pool for all slots (auto, on) or a stream of c/np cells per slot (off: faster "
-        "when all slots are busy; not with AMX's one-token layout)",
+        help="a stream of c/np KV cells per slot (auto, off: a token attends only over its own "
+        "slot's cells; idle caches are kept) or one pool for all slots (on: one request may use "
+        "all c cells); AMX's one-token layout and -np 1 always use one pool",
     )
     _add_kernel_flags(p, None)
     p.set_defaults(handler=_cmd_serve)

@@ -54,7 +54,7 @@ class ServerConfig(BaseModel):
         "auto", description="llama.cpp's repacked CPU weight layouts (see outpost/engine/cpu_probe.py)"
     )
     kv_unified: Literal["auto", "on", "off"] = Field(
-        "auto", description="one KV pool for all slots (auto, on), or ctx_size/parallel cells each (off)"
+        "auto", description="a stream of ctx_size/parallel KV cells per slot (auto, off), or one pool (on)"
     )
     prefix_cache: bool = True
     cache_idle_cells: int = Field(

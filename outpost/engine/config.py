@@ -48,8 +48,8 @@ class EngineConfig(BaseModel):
     )
     kv_unified: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="one pool of KV cells for all slots (on, auto) or a stream per slot of n_ctx / "
-        "n_seq_max cells (off; see effective_kv_unified)",
+        description="a stream of n_ctx / n_seq_max KV cells per slot (auto, off) or one pool of "
+        "cells for all slots (on); see effective_kv_unified",
     )
     use_mmap: bool = True
     use_mlock: bool = False
@@ -72,15 +72,19 @@ class EngineConfig(BaseModel):
 
     @property
     def effective_kv_unified(self) -> bool:
-        """One pool unless asked otherwise. A stream per slot decodes faster when every slot is busy
-        (no token attends over other slots' cells: 135M, 8 sequences at depth 128, raw
-        llama_decode: 297 vs 241 tok/s), but llama.cpp then splits a step's batch at every gap in
-        the busy seq ids, one pass over the weights per run of consecutive ids, so partly loaded
-        servers can get slower. Never with the one-token AMX layout: llama.cpp crashes as soon
-        as two sequences decode in separate streams there."""
-        if self.weight_layout == "amx-gemv":
+        """A KV stream per slot unless asked otherwise (`auto`, `off`); one pool with `on`.
+
+        Per-slot streams decode faster once several slots are busy (no token attends over other
+        slots' cells: 135M, 8 sequences at depth 128, raw llama_decode: 297 vs 241 tok/s) and keep
+        every idle cache for free. llama.cpp splits a step's batch at every gap in the busy seq
+        ids (one pass over the weights per run of consecutive ids), so the scheduler keeps busy
+        slots at the lowest ids (SchedulerConfig.shared_kv). One pool always with the one-token
+        AMX layout (llama.cpp crashes as soon as two sequences decode in separate streams there)
+        and with one slot (nothing to separate).
+        """
+        if self.weight_layout == "amx-gemv" or self.n_seq_max == 1:
             return True
-        return self.kv_unified != "off"
+        return self.kv_unified == "on"
 
     @property
     def effective_n_ubatch(self) -> int:

@@ -32,7 +32,12 @@ class SchedulerConfig:
         0, 1, 2 idle 256-token caches). The cache a new request reuses is always kept.
     shared_kv: the slots share one pool of cells (llama.cpp's unified cache). False: each slot has
         its own stream of n_ctx_seq cells, so idle caches cost running requests nothing and are
-        kept whatever idle_cache_cells says.
+        kept whatever idle_cache_cells says, and requests are kept in the lowest slot ids
+        (admitted to the lowest free one; a long-running request moves down into a gap a finished
+        one left), because llama.cpp splits a step's batch at every gap in the busy seq ids.
+    copy_min_tokens: the shortest prefix copied from another slot rather than recomputed. With a
+        stream per slot a copy moves the whole stream (n_ctx_seq cells), so short prefixes are
+        cheaper to evaluate again; in one pool a copy only tags cells (1).
     """
 
     n_slots: int = 4
@@ -44,6 +49,7 @@ class SchedulerConfig:
     prefix_cache: bool = True
     idle_cache_cells: int = 0
     shared_kv: bool = True
+    copy_min_tokens: int = 1
 
     def __post_init__(self) -> None:
         if self.n_slots < 1:
@@ -58,6 +64,8 @@ class SchedulerConfig:
             )
         if self.prefill_budget is not None and self.prefill_budget < 1:
             raise ValueError(f"prefill_budget must be at least 1 token (got {self.prefill_budget})")
+        if self.copy_min_tokens < 1:
+            raise ValueError(f"copy_min_tokens must be at least 1 (got {self.copy_min_tokens})")
         if self.idle_cache_cells < 0:
             raise ValueError(f"idle_cache_cells must be 0 or more (got {self.idle_cache_cells})")
         if self.max_queue < 0:

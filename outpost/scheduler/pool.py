@@ -27,11 +27,23 @@ class PrefixPlan:
 
 
 class SlotPool:
-    """All slots, an LRU clock and the origin counter for KV cell accounting."""
+    """All slots, an LRU clock and the origin counter for KV cell accounting.
 
-    def __init__(self, n_slots: int, prefix_cache: bool) -> None:
+    compact: keep busy slots in runs of consecutive ids (a KV stream per slot: llama.cpp decodes
+    each run of consecutive busy seq ids in its own pass over the weights). A new request takes
+    the free slot that adds no run (next to busy ones, or joining two runs), and among those the
+    one whose idle cache loses the least (its own prefix reused, else the least recently used);
+    a longer prefix held elsewhere is copied in. Otherwise (one KV pool) the free slot with the
+    longest own prefix wins, ties to the least recently used.
+    copy_min: the shortest prefix worth copying from another slot (with a stream per slot a copy
+    moves the whole stream, whatever the prefix's length).
+    """
+
+    def __init__(self, n_slots: int, prefix_cache: bool, compact: bool = False, copy_min: int = 1) -> None:
         self.slots = [Slot(i) for i in range(n_slots)]
         self.prefix_cache = prefix_cache
+        self.compact = compact
+        self.copy_min = max(1, copy_min)
         self._tick = 0
         self._origins = 0
         self.n_busy = 0
@@ -65,22 +77,58 @@ class SlotPool:
     def plan(self, tokens: list[int]) -> PrefixPlan:
         """Picks the free slot for `tokens` and the prefix it can reuse (needs a free slot).
 
-        The free slot sharing the longest prefix wins, ties (and no match) going to the least
-        recently used one so warm caches live longest. If any other slot (busy ones too: their
-        evaluated tokens are stable) holds a longer prefix, it is copied instead. At most
-        len(tokens) - 1 tokens are reused: the last one must be evaluated to get logits.
+        See the class docstring for the slot choice. If any other slot (busy ones too: their
+        evaluated tokens are stable) holds a longer prefix, at least `copy_min` tokens long, it is
+        copied in. At most len(tokens) - 1 tokens are reused: the last one must be evaluated to
+        get logits.
         """
         free = [s for s in self.slots if not s.busy]
-        if not self.prefix_cache:
-            return PrefixPlan(min(free, key=_lru_key), 0)
         limit = len(tokens) - 1
-        best = {s.seq_id: common_prefix_len(s.cached, tokens, limit) for s in self.slots}
-        dst = min(free, key=lambda s: (-best[s.seq_id], s.last_used))
+        best = {
+            s.seq_id: common_prefix_len(s.cached, tokens, limit) if self.prefix_cache else 0
+            for s in self.slots
+        }
+        if self.compact:
+            busy = {s.seq_id for s in self.slots if s.busy}
+            dst = min(
+                free,
+                key=lambda s: (
+                    runs_added(busy, s.seq_id),
+                    len(s.cached) - best[s.seq_id],
+                    s.last_used,
+                    s.seq_id,
+                ),
+            )
+        elif self.prefix_cache:
+            dst = min(free, key=lambda s: (-best[s.seq_id], s.last_used))
+        else:
+            dst = min(free, key=_lru_key)
+        if not self.prefix_cache:
+            return PrefixPlan(dst, 0)
         own = best[dst.seq_id]
         src = max(self.slots, key=lambda s: (best[s.seq_id], s is not dst))
-        if src is not dst and best[src.seq_id] > own:
+        if src is not dst and best[src.seq_id] >= max(own + 1, self.copy_min):
             return PrefixPlan(dst, best[src.seq_id], src)
         return PrefixPlan(dst, own)
+
+    def gap_move(self) -> tuple[Slot, Slot] | None:
+        """(busy slot, free slot) that closes a gap between runs of busy ids, or None if one run.
+
+        The highest busy slot moves to the lowest free slot below it."""
+        busy = sorted(s.seq_id for s in self.slots if s.busy)
+        if len(busy) < 2 or busy[-1] - busy[0] + 1 == len(busy):
+            return None
+        taken = set(busy)
+        lowest_gap = next(i for i in range(busy[0], busy[-1]) if i not in taken)
+        return self.slots[busy[-1]], self.slots[lowest_gap]
+
+    def move(self, src: Slot, dst: Slot) -> list[MemoryOp]:
+        """A running request's KV goes from busy `src` to free `dst`; src stays as an idle cache."""
+        n = len(src.cached)
+        dst.share_from(src, n)
+        self.acquire(dst)
+        self.release(src)
+        return [SeqRemove(dst.seq_id), SeqCopy(src.seq_id, dst.seq_id, 0, n)]
 
     def apply(self, plan: PrefixPlan) -> list[MemoryOp]:
         """Makes plan.dst hold exactly the plan's prefix; returns the ops that do it."""
@@ -129,3 +177,9 @@ class SlotPool:
 
 def _lru_key(slot: Slot) -> int:
     return slot.last_used
+
+
+def runs_added(busy: set[int], seq_id: int) -> int:
+    """How the count of runs of consecutive busy ids changes if `seq_id` becomes busy: -1 (it
+    joins two runs), 0 (it extends one) or +1 (a run of its own)."""
+    return 1 - (seq_id - 1 in busy) - (seq_id + 1 in busy)

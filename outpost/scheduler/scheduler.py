@@ -31,13 +31,21 @@ from outpost.scheduler.pool import SlotPool
 from outpost.scheduler.request import RequestState
 from outpost.scheduler.slots import Slot
 
+# With a KV stream per slot, a gap between busy slots that lasts this many steps with nothing
+# waiting is closed by moving the highest request down (one copy of its stream), if it may still
+# generate this many tokens: each step above the gap costs a pass over the weights.
+COMPACT_AFTER_STEPS = 4
+COMPACT_MIN_TOKENS_LEFT = 16
+
 
 class Scheduler:
     """Owns the waiting queue, the slots and every live request. Not thread-safe: one caller."""
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
-        self._pool = SlotPool(config.n_slots, config.prefix_cache)
+        self._pool = SlotPool(
+            config.n_slots, config.prefix_cache, compact=not config.shared_kv, copy_min=config.copy_min_tokens
+        )
         self._owner: list[RequestState | None] = [None] * config.n_slots  # by seq id
         self._waiting: deque[RequestState] = deque()
         self._running: list[RequestState] = []  # admission order; the last is the youngest
@@ -52,6 +60,8 @@ class Scheduler:
         # or fragmented) so the same batch is not retried forever; reset when nothing runs.
         self._kv_limit = config.n_ctx
         self._n_deadlines = 0  # live requests with a deadline: no deadline, no scan
+        self._gap_steps = 0  # steps a gap between busy slots has lasted (KV stream per slot)
+        self.slot_moves = 0  # requests moved down into a gap (stats)
 
     # ---- the engine loop's API -------------------------------------------------------------
 
@@ -96,6 +106,8 @@ class Scheduler:
             self._expire(now)
         if self._waiting:
             self._admit(now)
+        if self._pool.compact and self._running:
+            self._compact()
         chunks = self._build_batch()
         for chunk in chunks:
             owner = self._owner[chunk.seq_id]
@@ -192,6 +204,37 @@ class Scheduler:
             )
             if self.config.shared_kv:
                 self._ops += self._pool.trim_idle(self.config.idle_cache_cells, (plan.dst, plan.src))
+
+    def _compact(self) -> None:
+        """Closes a gap between runs of busy slots that has outlived a few steps.
+
+        With a KV stream per slot llama.cpp decodes each run of consecutive busy seq ids in its
+        own pass over the weights, so a gap costs every step a pass; a move costs one copy of the
+        stream. New arrivals fill gaps for free (admission prefers them), so only a gap that lasts
+        with nothing waiting is closed, and only for a request that may still run a while.
+        """
+        move = None if self._waiting else self._pool.gap_move()
+        if move is None:
+            self._gap_steps = 0
+            return
+        self._gap_steps += 1
+        src, dst = move
+        state = self._owner[src.seq_id]
+        if state is None or self._gap_steps < COMPACT_AFTER_STEPS:
+            return
+        if state.req.max_tokens - state.n_generated < COMPACT_MIN_TOKENS_LEFT:
+            return
+        self._ops += self._pool.move(src, dst)
+        self.slot_moves += 1
+        self._owner[src.seq_id] = None
+        self._owner[dst.seq_id] = state
+        state.slot = dst
+        self._gap_steps = 0
+        # The request keeps its sampler chain; the runner only learns its new seq id.
+        self._setups.pop(src.seq_id, None)
+        self._setups[dst.seq_id] = SamplerSetup(
+            dst.seq_id, state.request_id, state.req.sampling, state.penalty_history()
+        )
 
     def _make_room(self, need: int, keep: tuple[Slot | None, ...]) -> bool:
         """Evicts idle caches until `need` more cells fit beside what running prefills still need.

@@ -33,8 +33,9 @@ SCHEMA = {
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 
 
-def _config(model: Path, n_ctx: int) -> EngineConfig:
+def _config(model: Path, n_ctx: int, kv_unified: str = "on") -> EngineConfig:
     # f32 KV and no flash attention: a recompute gives the very same logits as the first pass.
+    # One pool by default: pressure needs requests that may use all the cells.
     return EngineConfig(
         model_path=str(model),
         n_ctx=n_ctx,
@@ -43,6 +44,7 @@ def _config(model: Path, n_ctx: int) -> EngineConfig:
         n_threads=1,  # a shared CPU: no OpenMP barrier waiting on a descheduled second thread
         kv_cache_type="f32",
         flash_attn="off",
+        kv_unified=kv_unified,  # type: ignore[arg-type]
     )
 
 
@@ -119,15 +121,18 @@ def test_a_seeded_answer_is_the_same_with_and_without_a_preemption(tight: Engine
     assert different != alone, "the seed matters, so equal texts mean the RNG state was kept"
 
 
-def test_a_prefix_copied_from_a_busy_slot_gives_the_same_tokens(tiny_model: Path) -> None:
+@pytest.mark.parametrize("kv_unified", ["on", "off"])
+def test_a_prefix_copied_from_a_busy_slot_gives_the_same_tokens(tiny_model: Path, kv_unified: str) -> None:
     """Request B shares A's long prefix and arrives while A is still decoding: the scheduler copies
-    A's cells into B's slot (llama_memory_seq_cp) and B evaluates only its own tail. Every token of
-    both must equal a run with the prefix cache off."""
+    A's cells into B's slot (llama_memory_seq_cp: tagged cells in one pool, a copied stream with a
+    stream per slot) and B evaluates only its own tail. Every token of both must equal a run with
+    the prefix cache off."""
     system = "You are a meticulous archivist of lanterns and maps. " * 10
     texts = ("Catalogue the copper lantern.", "Describe the orchard at dusk.")
 
     def run(prefix_cache: bool) -> tuple[list[list[int]], list[TokenEvent], int]:
-        with Engine(_config(tiny_model, 4096), prefix_cache=prefix_cache) as eng:
+        with Engine(_config(tiny_model, 4096, kv_unified), prefix_cache=prefix_cache) as eng:
+            assert eng.model.kv_unified == (kv_unified == "on")
             # Held at >= 20 ms a step: A's 48 tokens last >= 0.96 s, so B, sent at A's first
             # token, is admitted while A still decodes (a copy, not A's finished slot reused).
             eng.core.step_delay = 0.02

@@ -36,10 +36,11 @@ def test_layout_choice(
 @pytest.mark.parametrize(
     ("layout", "extra_bufts", "ubatch", "unified"),
     [
-        ("repacked", True, 256, True),
-        ("plain", False, 256, True),
+        # auto: a KV stream per slot, except with AMX's one-token layout
+        ("repacked", True, 256, False),
+        ("plain", False, 256, False),
         ("amx-gemv", True, 1, True),
-        ("repacked-no-amx", False, 256, True),
+        ("repacked-no-amx", False, 256, False),
     ],
 )
 def test_layout_sets_buffers_micro_batch_and_kv_streams(
@@ -61,6 +62,8 @@ def test_layout_sets_buffers_micro_batch_and_kv_streams(
         asked_cfg = EngineConfig(model_path=str(tiny_model), kv_unified=asked)
         # llama.cpp crashes with AMX weights and a stream per slot: one pool there, whatever asked
         assert asked_cfg.effective_kv_unified == (asked == "on" or layout == "amx-gemv")
+        one_slot = EngineConfig(model_path=str(tiny_model), kv_unified=asked, n_seq_max=1)
+        assert one_slot.effective_kv_unified  # one slot: nothing to separate
 
 
 def test_probe_runs_once_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
