@@ -15,8 +15,9 @@ connection is closed before its first token (mid-prefill) or a stream closed aft
 `context_length_exceeded`), embeddings, bad requests (malformed JSON, wrong types, unknown model:
 any 4xx with an OpenAI error body), and overload bursts of slots + max_queue + `--burst-extra`
 requests at once (429 with Retry-After expected and counted, never a 5xx). Before the timed mix,
-one request of every kind primes the server; RSS "after warmup" is the first sample after
-`--warmup` seconds and after that priming pass. Every request is bounded by `--timeout`, every
+one request of every kind, each at its largest size, primes the server; RSS "after warmup" is the
+first sample after `--warmup` seconds and after that priming pass, and TTFT's first and last tenths
+are tenths of the mixed load that follows it. Every request is bounded by `--timeout`, every
 loop by a count and the clock.
 
 Progress on stderr every `--progress-every` s (elapsed, requests by kind and outcome, RSS, busy
@@ -295,6 +296,7 @@ async def soak(args: argparse.Namespace, url: str, pid: int | None, proc: Any) -
     return SoakData(
         config=config,
         planned_s=args.duration,
+        primed_s=min(run.primed_s, args.duration),
         duration_s=duration,
         warmup_s=warmup,
         results=run.results,
