@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
-from common import bench_model, log
-from serve import eog_tokens, free_port, wait_ready
+from common import bench_model, free_port, log, wait_ready
+from serve import eog_tokens
 
 from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
 from outpost.bench.progress import Progress

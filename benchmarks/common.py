@@ -1,11 +1,17 @@
-"""Pieces both benchmark scripts use: stderr logging, the cached synthetic models, and making
-llama-cpp-python load weights with the same layout Outpost uses."""
+"""Pieces the benchmark scripts share: stderr logging, the cached synthetic models, a free port and
+waiting for a server to be ready, and making llama-cpp-python load weights with the same layout
+Outpost uses."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from outpost.engine.config import EngineConfig
 from outpost.models import outpost_home, write_synthetic_model
@@ -23,6 +29,28 @@ def bench_model(shape: str, quant: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_synthetic_model(shape, path, quant=quant, seed=0)
     return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            models = httpx.get(f"{url}/v1/models", timeout=2).status_code
+            health = httpx.get(f"{url}/health", timeout=2).status_code  # 404 where there is none
+            if models == 200 and health != 503:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"{url} not ready in {timeout} s")
 
 
 def same_weight_layout_for_llama_cpp_python(config: EngineConfig) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,12 +29,13 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
-import httpx
 from common import (
     bench_model,
+    free_port,
     llama_server_layout_args,
     log,
     same_weight_layout_for_llama_cpp_python,
+    wait_ready,
     weight_layout,
 )
 
@@ -59,12 +59,6 @@ def eog_tokens(model: Path) -> list[int]:
         loaded.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def server_command(kind: str, model: Path, threads: int, port: int, parallel: int) -> list[str]:
     """The same GGUF, threads and weight layout for every server; outpost and llama-server get the
     same slots and KV cells."""
@@ -78,22 +72,6 @@ def server_command(kind: str, model: Path, threads: int, port: int, parallel: in
     layout = llama_server_layout_args(weight_layout(model, parallel))
     opts = f"-m {m} -t {t} -tb {t} -np {parallel} -c {ctx} --host 127.0.0.1 --port {p}"
     return [os.environ["LLAMA_SERVER"], *opts.split(), *layout]
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            models = httpx.get(f"{url}/v1/models", timeout=2).status_code
-            health = httpx.get(f"{url}/health", timeout=2).status_code  # 404 where there is none
-            if models == 200 and health != 503:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise TimeoutError(f"{url} not ready in {timeout} s")
 
 
 class ServerProcess:
