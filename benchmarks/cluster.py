@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import httpx
 from common import bench_model, log
-from serve import eog_tokens, free_port, wait_ready
+from servers import eog_tokens, free_port, wait_ready
 
 from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
 from outpost.bench.progress import Progress
