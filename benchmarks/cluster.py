@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import httpx
 from common import bench_model, free_port, log, wait_ready
-from serve import eog_tokens
+from servers import eog_tokens
 
 from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
 from outpost.bench.progress import Progress

@@ -1,117 +1,90 @@
-"""Server benchmark: `outpost serve` vs llama-cpp-python's server vs llama.cpp's `llama-server`.
+"""Server benchmark: `outpost serve` vs llama.cpp's `llama-server` vs llama-cpp-python's server.
 
-Measured by `outpost bench` underneath (outpost.bench's runner API), so both report alike.
+Not a test. Run (llama-server from ../shared/tools/build-llama-cpp.sh, which prints its bin folder last):
+    LLAMA_SERVER=$(bash ../shared/tools/build-llama-cpp.sh | tail -1)/llama-server \\
+        taskset -c 0 python benchmarks/serve.py --cpus 1 [--levels 1,4,8,16] [--rounds 3]
+    python benchmarks/serve.py --levels 1,4 --rounds 1 --requests 4 --scenarios throughput   # a quick look
+llama-cpp-python's server needs its extras (pip install -e ".[bench]"); --no-llama-cpp-python skips it.
+`--cpus` pins the servers (`taskset -c`, and `-t` = that many threads); run this script itself off
+those CPUs (`taskset -c OTHER python ...`) so the load generator does not take the servers' cores.
 
-Not a test. Run:  python benchmarks/serve.py [--shape smollm2-135m] [--threads 2] [--requests 32]
-Optional baseline: LLAMA_SERVER=/path/to/llama-server (../shared/tools/build-llama-cpp.sh builds it).
-llama-cpp-python's server needs its extras: pip install -e ".[bench]".
+Same synthetic GGUF (q4_0, written once under $OUTPOST_HOME/bench/), same threads, `-np` and `-c`
+for every server, each with the weight layout its users get on this host (llama-server: see
+servers.py; the exact command lines are printed and recorded). Load by `outpost bench`'s runner.
 
-Same synthetic GGUF (q4_0, written once under $OUTPOST_HOME/bench/), same threads, every server on
-its own free loopback port, all started first (idle servers cost memory, not CPU), then `outpost
-bench --compare`: at 1, 4 and 8 concurrent streams, `--warmup` then `--requests` requests on each
-server in turn (A B C A B C ...). The chat workload: distinct prompts of exactly `--input-tokens`
-tokens (Outpost's /tokenize; the chat template adds ~10), `--max-tokens` output tokens with EOS
-banned (ignore_eos and a logit_bias on every end-of-generation token), streamed. Per level: output
-tokens/s, TTFT, ITL, TPOT and e2e percentiles, errors by code (a stream cut off before max_tokens is
-`short_output`). Tables to stderr; results.json, requests.csv and PNGs in --out; the last stdout line
-is `outpost bench`'s summary: {"runs": [{"url", "concurrency", "output_tok_s", "ttft_s", ...}, ...]}.
+throughput: all servers started once and kept up; for each of `--rounds` rounds, for each level of
+    `--levels` concurrent streams, every server in turn, the order rotated every round so no server
+    always goes first: warmup requests, then measured ones. The chat workload: distinct prompts of
+    exactly `--input-tokens` tokens (Outpost's /tokenize; the chat template adds ~10), `--max-tokens`
+    output tokens with EOS banned, streamed. Per server and level, the median over rounds of output
+    tok/s, TTFT p50/p90 and ITL p50/p90, errors summed; Outpost / llama-server ratios with the targets.
+    llama-cpp-python's server serves one request at a time and cuts the others' streams: it runs at
+    `--llama-cpp-python-levels` only (default 1,4).
+shared-prefix: `outpost bench`'s shared-prefix scenario (one ~500-token system prompt, 20-60-token user
+    turns, 50-150 output tokens) at `--prefix-streams` streams on a freshly started server: cold (its
+    first `--prefix-requests` requests), then warm (after `--prefix-warmup` requests with the same
+    prefix). llama-server runs with its prompt cache as its users set it (`--cache-reuse 256`,
+    requests with `cache_prompt: true`). TTFT p50/p90 and prompt tokens evaluated / reused per
+    request (the servers' `timings.prompt_n` / `cache_n`), medians over rounds.
+
+Writes --out (default bench-results/serve-<timestamp>/): results.json, requests.csv, throughput.png,
+ttft.png, shared_prefix.png, logs/ (every server's output). Markdown tables go to stderr (for the
+README); the last stdout line is a JSON summary.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
-import subprocess
-import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO
+from typing import Any
 
-from common import (
-    bench_model,
-    free_port,
-    llama_server_layout_args,
-    log,
-    same_weight_layout_for_llama_cpp_python,
-    wait_ready,
-    weight_layout,
-)
+from common import bench_model, log
+from serve_report import Report
+from serve_scenarios import run_shared_prefix, throughput_rounds
+from servers import KINDS, LABELS, ServerProcess, Setup, eog_tokens
 
-from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
-from outpost.bench.progress import Progress
-from outpost.bench.report import format_tables, summary_line, write_outputs
-from outpost.bench.runner import run_bench_sync
-from outpost.engine.config import EngineConfig, available_cpus
-
-LCP_WORKER = "--llama-cpp-python-server"
+from outpost.engine.config import available_cpus
 
 
-def eog_tokens(model: Path) -> list[int]:
-    """Every end-of-generation id: the workload bans them all so each stream runs to max_tokens."""
-    from outpost.engine.model import LoadedModel
-
-    loaded = LoadedModel(EngineConfig(model_path=str(model), n_ctx=256, n_seq_max=1))
-    try:
-        return sorted(loaded.vocab.eog_ids)
-    finally:
-        loaded.close()
+def cpu_count(cpus: str) -> int:
+    """How many CPUs a `taskset -c` list names ("1", "0-3,6")."""
+    total = 0
+    for part in cpus.split(","):
+        lo, _, hi = part.partition("-")
+        total += int(hi or lo) - int(lo) + 1
+    return total
 
 
-def server_command(kind: str, model: Path, threads: int, port: int, parallel: int) -> list[str]:
-    """The same GGUF, threads and weight layout for every server; outpost and llama-server get the
-    same slots and KV cells."""
-    m, t, p, ctx = str(model), str(threads), str(port), str(1024 * parallel)
-    if kind == "outpost":
-        opts = f"serve -m {m} -t {t} -np {parallel} -c {ctx} --port {p}"
-        return [sys.executable, "-m", "outpost.cli", *opts.split()]
-    if kind == "llama_cpp_python":
-        opts = f"--model {m} --n_threads {t} --n_threads_batch {t} --n_ctx 2048 --host 127.0.0.1 --port {p}"
-        return [sys.executable, __file__, LCP_WORKER, *opts.split(), "--verbose", "False"]
-    layout = llama_server_layout_args(weight_layout(model, parallel))
-    opts = f"-m {m} -t {t} -tb {t} -np {parallel} -c {ctx} --host 127.0.0.1 --port {p}"
-    return [os.environ["LLAMA_SERVER"], *opts.split(), *layout]
-
-
-class ServerProcess:
-    """One server under test on a free port; stopped (SIGTERM, then kill) on exit."""
-
-    def __init__(self, kind: str, model: Path, args: argparse.Namespace) -> None:
-        self.kind = kind
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        self._err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in __exit__)
-        cmd = server_command(kind, model, args.threads, port, args.parallel)
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._err)
-
-    def __enter__(self) -> ServerProcess:
-        wait_ready(self.url, self.proc)
-        log(f"[{self.kind}] ready on {self.url}")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.proc.terminate()
+def start_servers(
+    stack: ExitStack, kinds: list[str], setup: Setup, logs: Path, failed: dict[str, str]
+) -> dict[str, ServerProcess]:
+    """Every server up at once (idle servers cost memory, not CPU); a baseline that fails to start
+    is left out and said so, Outpost failing stops the run."""
+    procs = {}
+    for kind in kinds:
         try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._err.close()
+            procs[kind] = stack.enter_context(ServerProcess.start(kind, setup, logs / f"{LABELS[kind]}.log"))
+        except (RuntimeError, TimeoutError) as exc:
+            if kind == "outpost":
+                raise
+            failed[LABELS[kind]] = str(exc)
+    return procs
 
 
-def bench_config(urls: dict[str, str], eog: list[int], args: argparse.Namespace) -> BenchConfig:
-    """Outpost first: its /tokenize sizes the prompts every server gets, and ratios are against it."""
-    targets = tuple(ServerTarget(url=url, label=kind) for kind, url in urls.items())
-    extra = {"temperature": 0.8, "logit_bias": {str(t): -100 for t in eog}}
-    return BenchConfig(
-        targets=targets,
-        plan=make_plan(args.levels, None, args.requests, None, args.warmup),
-        scenario=make_scenario("custom", str(args.input_tokens), str(args.max_tokens)),
-        seed=args.seed if args.seed is not None else int(time.time()),  # distinct prompts every run
-        timeout=600.0,
-        extra_body=extra,
-    )
+def run_throughput(
+    kinds: list[str], setup: Setup, args: argparse.Namespace, extra: dict[str, Any], report: Report
+) -> None:
+    with ExitStack() as stack:
+        procs = start_servers(stack, kinds, setup, args.out / "logs", report.failed)
+        report.servers.update({p.spec.label: p.spec.describe() for p in procs.values()})
+        runs, note = asyncio.run(throughput_rounds(procs, args, extra))
+    report.level_runs.extend(runs)
+    report.notes.append(f"throughput prompts: {note}")
 
 
 def have_llama_cpp_server() -> bool:
@@ -123,63 +96,87 @@ def have_llama_cpp_server() -> bool:
     return True
 
 
+def pick_kinds(args: argparse.Namespace) -> list[str]:
+    kinds = [k.strip() for k in args.servers.split(",") if k.strip()]
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise SystemExit(f"unknown --servers {sorted(unknown)}; choose from {', '.join(KINDS)}")
+    if "llama_server" in kinds and not args.llama_server:
+        log("LLAMA_SERVER is not set: llama-server left out (../shared/tools/build-llama-cpp.sh builds it)")
+        kinds.remove("llama_server")
+    if "llama_cpp_python" in kinds and (args.no_llama_cpp_python or not have_llama_cpp_server()):
+        kinds.remove("llama_cpp_python")
+    return sorted(kinds, key=KINDS.index)  # Outpost first: its /tokenize sizes the prompts
+
+
+def int_list(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--shape", default="smollm2-135m")
-    p.add_argument("--quant", default="q4_0")
-    p.add_argument("--threads", type=int, default=available_cpus())
-    p.add_argument("--parallel", type=int, default=8, help="slots for outpost and llama-server")
-    p.add_argument("--requests", type=int, default=32, help="requests per concurrency level")
-    p.add_argument("--warmup", type=int, default=4, help="unmeasured requests per level and server")
-    p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument(
-        "--input-tokens", type=int, default=120, help="user-message tokens (~130 with the template)"
-    )
-    p.add_argument("--levels", default="1,4,8")
-    p.add_argument("--servers", default="outpost,llama_cpp_python,llama_server")
-    p.add_argument("--seed", type=int, help="prompt seed (default: the clock, so prompts differ every run)")
-    p.add_argument("--out", type=Path, help="results folder (default bench-results/serve-<timestamp>)")
-    return p.parse_args()
+    add = p.add_argument
+    add("--shape", default="smollm2-135m")
+    add("--quant", default="q4_0")
+    add("--cpus", help="pin every server to these CPUs (taskset -c LIST); -t defaults to their count")
+    add("--threads", type=int, help="-t for every server (default: --cpus' count, else usable CPUs)")
+    add("--parallel", type=int, default=8, help="-np for outpost and llama-server (-c is 1024 x np)")
+    add("--levels", type=int_list, default=[1, 4, 8, 16], help="concurrent streams (default 1,4,8,16)")
+    add("--rounds", type=int, default=3, help="rounds; medians over them are reported")
+    add("--requests", type=int, help="measured requests per level (default 4 per stream, at least 16)")
+    add("--warmup", type=int, help="unmeasured requests per level and server (default: streams, >= 4)")
+    add("--max-tokens", type=int, default=128)
+    add("--input-tokens", type=int, default=120, help="user-message tokens (~130 with the template)")
+    add("--servers", default=",".join(KINDS))
+    add("--no-llama-cpp-python", action="store_true", help="leave llama-cpp-python's server out")
+    add("--llama-cpp-python-levels", type=int_list, default=[1, 4], help="where it runs (default 1,4)")
+    add("--scenarios", default="throughput,shared-prefix")
+    add("--prefix-streams", type=int, default=8)
+    add("--prefix-requests", type=int, default=16, help="measured requests, cold and warm each")
+    add("--prefix-warmup", type=int, default=8, help="requests between cold and warm")
+    add("--timeout", type=float, default=300.0, help="seconds per request")
+    add("--level-time", type=float, default=900.0, help="no request of a level starts after this (s)")
+    add("--seed", type=int, help="prompt seed (default: the clock, so prompts differ every run)")
+    add("--out", type=Path, help="results folder (default bench-results/serve-<timestamp>)")
+    args = p.parse_args()
+    args.seed = args.seed if args.seed is not None else int(time.time())
+    args.threads = args.threads or (cpu_count(args.cpus) if args.cpus else available_cpus())
+    args.out = args.out or Path("bench-results") / time.strftime("serve-%Y%m%d-%H%M%S")
+    args.llama_server = os.environ.get("LLAMA_SERVER")
+    if args.rounds < 1 or not args.levels or min(args.levels) < 1:
+        p.error("--rounds and --levels must be at least 1")
+    return args
 
 
 def main() -> None:
     args = parse_args()
+    scenarios = {s.strip() for s in args.scenarios.split(",")}
+    if not scenarios <= {"throughput", "shared-prefix"}:
+        raise SystemExit(f"--scenarios takes throughput and/or shared-prefix, got {args.scenarios!r}")
     model = bench_model(args.shape, args.quant)
-    kinds = [
-        kind
-        for kind in args.servers.split(",")
-        if not (kind == "llama_server" and not os.environ.get("LLAMA_SERVER"))
-        and not (kind == "llama_cpp_python" and not have_llama_cpp_server())
-    ]
-    kinds.sort(key=lambda k: k != "outpost")
-    eog = eog_tokens(model)
-    with ExitStack() as stack:
-        servers = [stack.enter_context(ServerProcess(kind, model, args)) for kind in kinds]
-        config = bench_config({s.kind: s.url for s in servers}, eog, args)
-        result = run_bench_sync(config, Progress())
-    out = args.out or Path("bench-results") / time.strftime("serve-%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
-    write_outputs(out, result, config, thresholds=[], violations=[])
-    log("\n" + format_tables(result))
-    log(f"\nresults in {out}")
-    print(summary_line(result))
-
-
-def run_llama_cpp_python_server(argv: list[str]) -> None:
-    """`python -m llama_cpp.server ARGV` with the weight layout Outpost picks for several slots
-    (outpost/engine/cpu_probe.py). Not the one-token AMX layout, though it serves one request at a
-    time: it loads the model on one thread and decodes on another, and on this VM that makes
-    OpenMP decode ~3x slower after AMX repacking (13 vs 39 tok/s measured)."""
-    import runpy
-
-    config = EngineConfig(model_path=argv[argv.index("--model") + 1], n_seq_max=4)
-    same_weight_layout_for_llama_cpp_python(config)
-    sys.argv = ["llama_cpp.server", *argv, "--n_ubatch", str(config.effective_n_ubatch)]
-    runpy.run_module("llama_cpp.server", run_name="__main__")
+    setup = Setup(model, args.threads, args.parallel, args.cpus, args.llama_server)
+    kinds = pick_kinds(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    extra = {"temperature": 0.8, "logit_bias": {str(t): -100 for t in eog_tokens(model)}}
+    report = Report(args, setup)
+    log(report.plan_text(kinds))
+    try:
+        if "throughput" in scenarios:
+            run_throughput(kinds, setup, args, extra, report)
+        if "shared-prefix" in scenarios:
+            if "llama_cpp_python" in kinds:
+                report.notes.append(
+                    "llama-cpp-python's server is not in the shared-prefix scenario: it serves "
+                    "one request at a time and would cut the other streams"
+                )
+            prefix_kinds = [k for k in kinds if k != "llama_cpp_python" and LABELS[k] not in report.failed]
+            run_shared_prefix(prefix_kinds, setup, args, extra, report)
+    finally:  # interrupted or failed: what was measured so far is still written
+        report.write(args.out)
+        log("\n" + report.markdown())
+        log(f"\nresults in {args.out}")
+    print(json.dumps(report.summary(), separators=(",", ":")))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == LCP_WORKER:
-        run_llama_cpp_python_server(sys.argv[2:])
-    else:
-        main()
+    main()

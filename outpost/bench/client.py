@@ -165,6 +165,10 @@ def _on_event(event: Any, record: RequestRecord, now: float) -> bool:
     if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
         record.usage_output_tokens = int(usage["completion_tokens"])
         record.prompt_tokens = usage.get("prompt_tokens")
+    timings = event.get("timings")
+    if isinstance(timings, dict):  # llama-server's and Outpost's; the last chunk that has them wins
+        record.prompt_n = _count(timings.get("prompt_n"))
+        record.cache_n = _count(timings.get("cache_n"))
     for choice in event.get("choices") or []:
         delta = choice.get("delta") or {}
         text = delta.get("content") or delta.get("reasoning_content") or choice.get("text")
@@ -174,6 +178,11 @@ def _on_event(event: Any, record: RequestRecord, now: float) -> bool:
             record.last_token_s = now
         record.finish_reason = choice.get("finish_reason") or record.finish_reason
     return True
+
+
+def _count(value: Any) -> int | None:
+    """A token count from a server's JSON; anything that is not a whole number is None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _check_complete(record: RequestRecord, body: dict[str, Any]) -> None:

@@ -31,6 +31,9 @@ class RequestRecord:
     chunks: int = 0  # content chunks received (a chunk may carry more than one token)
     usage_output_tokens: int | None = None  # the server's own count (`usage.completion_tokens`)
     prompt_tokens: int | None = None  # the server's own count (`usage.prompt_tokens`)
+    # llama.cpp's `timings` (llama-server, Outpost): prompt tokens evaluated, and reused from its cache
+    prompt_n: int | None = None
+    cache_n: int | None = None
     finish_reason: str | None = None
     done: bool = False  # `data: [DONE]` arrived
     status: int | None = None

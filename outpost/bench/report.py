@@ -17,7 +17,8 @@ from outpost.bench.failon import Threshold, Violation
 from outpost.bench.records import BenchResult, RunSummary
 
 CSV_FIELDS = (
-    "server url model mode level index start_s input_tokens prompt_tokens max_tokens output_tokens chunks "
+    "server url model mode level index start_s input_tokens prompt_tokens prompt_n cache_n max_tokens "
+    "output_tokens chunks "
     "ttft_s itl_s tpot_s e2e_s output_tok_s finish_reason status error error_detail"
 ).split()
 
@@ -181,6 +182,8 @@ def write_requests_csv(path: Path, result: BenchResult) -> None:
                         "start_s": rec.start_s,
                         "input_tokens": rec.input_tokens,
                         "prompt_tokens": rec.prompt_tokens,
+                        "prompt_n": rec.prompt_n,
+                        "cache_n": rec.cache_n,
                         "max_tokens": rec.max_tokens,
                         "output_tokens": rec.output_tokens,
                         "chunks": rec.chunks,

@@ -1,8 +1,10 @@
 """Running a benchmark: probe every server, prepare prompts, then for each level run a warmup and a
 measured phase on every server in turn (A B A B ...), and summarise each.
 
-`run_bench(config)` is the API (`outpost bench` and `benchmarks/serve.py` call it); it returns a
-`BenchResult` and writes nothing: `report` and `plots` turn the result into files and tables.
+`run_bench(config)` is the API (`outpost bench` calls it); it returns a `BenchResult` and writes
+nothing: `report` and `plots` turn the result into files and tables. Its steps are public for callers
+that order the work themselves (`benchmarks/serve.py`: rounds, cold starts): `connect` a server,
+`prompt_builder` from one, `run_level` on one.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ from outpost.bench.config import BenchConfig, BenchUsageError, ServerTarget
 from outpost.bench.loadgen import Phase, SendFn, arrival_rng, run_phase
 from outpost.bench.progress import Progress
 from outpost.bench.prompts import COMMON_WORDS, Prompt, PromptBuilder, build_prompts
-from outpost.bench.records import BenchResult, PromptStats, RequestRecord, RunResult, ServerInfo
+from outpost.bench.records import Accepted, BenchResult, PromptStats, RequestRecord, RunResult, ServerInfo
 from outpost.bench.stats import summarise
 from outpost.bench.tokens import detect, single_token_words
 
 
 @dataclass
-class _Server:
+class Connected:
+    """A server probed (or described) and the client that talks to it."""
+
     info: ServerInfo
     client: httpx.AsyncClient
 
@@ -35,11 +39,8 @@ async def run_bench(config: BenchConfig, progress: Progress | None = None) -> Be
     """Run `config` and return every level's result for every server."""
     progress = progress or Progress()
     async with AsyncExitStack() as stack:
-        servers = []
-        for target in config.targets:
-            client = await stack.enter_async_context(_client(target, config))
-            servers.append(_Server(await _probe(target, client, config), client))
-        builder, prompt_stats = await _prompt_builder(servers[0], config)
+        servers = [await connect(target, config, stack) for target in config.targets]
+        builder, prompt_stats = await prompt_builder(servers[0], config)
         progress.log(f"prompts: {prompt_stats.note}")
         result = BenchResult([s.info for s in servers], prompt_stats)
         for li, level in enumerate(config.plan.levels):
@@ -47,7 +48,7 @@ async def run_bench(config: BenchConfig, progress: Progress | None = None) -> Be
             measured = await build_prompts(builder, config.scenario, seed, config.plan.cap(level))
             warm = await build_prompts(builder, config.scenario, seed + ":warmup", config.plan.warmup)
             for server in servers:  # each level on every server in turn: drift hits all alike
-                result.runs.append(await _run_level(server, config, li, level, measured, warm, progress))
+                result.runs.append(await run_level(server, config, li, level, measured, warm, progress))
     return result
 
 
@@ -59,13 +60,20 @@ def _client(target: ServerTarget, config: BenchConfig) -> httpx.AsyncClient:
     return make_client(target.url, config.api_key, config.timeout, connections)
 
 
-async def _probe(target: ServerTarget, client: httpx.AsyncClient, config: BenchConfig) -> ServerInfo:
+async def connect(
+    target: ServerTarget, config: BenchConfig, stack: AsyncExitStack, accepted: Accepted | None = None
+) -> Connected:
+    """A client for `target` (closed with `stack`), probed for the extension fields it accepts unless
+    `accepted` is given: then no completion request is sent (a cold server stays cold)."""
+    client = await stack.enter_async_context(_client(target, config))
     model = target.model or await first_model(client)
-    accepted = await probe(client, config.endpoint, model, dict(config.extra_body))
-    return ServerInfo(target.label, target.url, model, accepted)
+    if accepted is None:
+        accepted = await probe(client, config.endpoint, model, dict(config.extra_body))
+    return Connected(ServerInfo(target.label, target.url, model, accepted), client)
 
 
-async def _prompt_builder(server: _Server, config: BenchConfig) -> tuple[PromptBuilder, PromptStats]:
+async def prompt_builder(server: Connected, config: BenchConfig) -> tuple[PromptBuilder, PromptStats]:
+    """Prompts sized by `server`'s /tokenize when it has one, else by a stated estimate."""
     counter = await detect(server.client, server.info.model, frozenset(COMMON_WORDS))
     corpus = read_corpus(config.prompt_file) if config.prompt_file else None
     if counter.exact:
@@ -90,7 +98,7 @@ def read_corpus(path: Path) -> list[str]:
     return words
 
 
-def _sender(server: _Server, config: BenchConfig) -> SendFn:
+def _sender(server: Connected, config: BenchConfig) -> SendFn:
     path = PATHS[config.endpoint]
     info = server.info
 
@@ -104,8 +112,8 @@ def _sender(server: _Server, config: BenchConfig) -> SendFn:
     return send_one
 
 
-async def _run_level(
-    server: _Server,
+async def run_level(
+    server: Connected,
     config: BenchConfig,
     li: int,
     level: float,
@@ -113,6 +121,7 @@ async def _run_level(
     warm: list[Prompt],
     progress: Progress,
 ) -> RunResult:
+    """`warm` (results dropped), then `measured` on one server at `level`, the `li`-th level."""
     plan, info = config.plan, server.info
     name = f"{info.label} {'c' if plan.mode == 'concurrency' else 'rate'}={level:g}"
     send_one = _sender(server, config)

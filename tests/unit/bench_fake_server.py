@@ -47,6 +47,8 @@ class FakeConfig:
     reject: frozenset[str] = frozenset()  # body fields answered with 400, as OpenAI does
     # n -> "500" "429" "drop" "truncate" "stream_error" "short" "slow" (3 s more before the first token)
     faults: dict[int, str] = field(default_factory=dict)
+    # llama-server's `timings` on the finish chunk (prompt_n, cache_n, ...); None: not sent
+    timings: dict[str, Any] | None = None
 
 
 def _is_probe(body: dict[str, Any]) -> bool:
@@ -129,7 +131,10 @@ class FakeServer:
         else:
             choice = {"index": 0, "text": text or ""}
         choice["finish_reason"] = finish
-        return b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
+        event: dict[str, Any] = {"choices": [choice]}
+        if finish and self.config.timings is not None:
+            event["timings"] = self.config.timings
+        return b"data: " + json.dumps(event).encode() + b"\n\n"
 
     async def _stream(
         self, body: dict[str, Any], arrived: float, fault: str, chat: bool
