@@ -46,7 +46,8 @@ class Engine:
                     prefix_cache=prefix_cache,
                     idle_cache_cells=idle_cache_cells,
                 )
-                return Scheduler(self.scheduler_config), self.runner
+                # The runner's own rendering of tokens: a resumed request's text is primed with it.
+                return Scheduler(self.scheduler_config, self.model.vocab.token_to_piece), self.runner
             except BaseException:
                 self.model.close()
                 raise

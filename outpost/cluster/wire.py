@@ -151,6 +151,7 @@ def encode_request(req: GenerateRequest) -> bytes:
             "stop": list(req.stop),
             "deadline_unix": None if req.deadline is None else to_wall(req.deadline),
             "arrival_unix": to_wall(req.arrival_time),
+            "n_resumed": req.n_resumed,
         }
     )
 
@@ -167,6 +168,7 @@ def decode_request(body: bytes) -> GenerateRequest:
             request_id=str(d["request_id"]),
             deadline=None if deadline is None else to_monotonic(float(deadline)),
             arrival_time=to_monotonic(float(d["arrival_unix"])),
+            n_resumed=int(d.get("n_resumed", 0)),  # absent in messages of earlier v1 senders
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed request message: {exc!r}") from exc

@@ -82,11 +82,14 @@ def default_worker_id() -> str:
 
 
 def continued(request: GenerateRequest, sent: list[int]) -> GenerateRequest:
-    """The rest of a request whose first tokens the client already has."""
+    """The rest of a request whose first tokens the client already has.
+
+    Those tokens go on the prompt and are marked as output (`n_resumed`): the engine counts them
+    against max_tokens and primes its stop-string and UTF-8 hold-back with their text."""
     return dataclasses.replace(
         request,
         prompt_tokens=request.prompt_tokens + sent,
-        max_tokens=request.max_tokens - len(sent),
+        n_resumed=request.n_resumed + len(sent),
     )
 
 
@@ -311,7 +314,7 @@ class Worker:
         rid = request.request_id
         if request.deadline is not None and request.deadline <= time.monotonic():
             return TokenEvent(rid, finish_reason=FinishReason.TIMEOUT, error="deadline passed in the queue")
-        if request.max_tokens <= 0:  # a resumed request that had sent all its tokens
+        if request.max_tokens <= request.n_resumed:  # a resumed request that had sent all its tokens
             return TokenEvent(rid, finish_reason=FinishReason.LENGTH)
         return None
 

@@ -36,14 +36,11 @@ class CountingEngine:
     def _emit(self, request: GenerateRequest, sink: Callable[[TokenEvent], None]) -> None:
         rid = request.request_id
         n = len(request.prompt_tokens)
+        budget = request.max_tokens - request.n_resumed  # a resumed request's sent tokens count
         stop = threading.Event()
-        for i in range(request.max_tokens):
+        for i in range(budget):
             if stop.wait(self.step_s) or rid in self._aborted:
                 sink(TokenEvent(rid, finish_reason=FinishReason.ABORT))
                 return
             sink(TokenEvent(rid, token_ids=[n + i], text=f"<{n + i}>"))
-        sink(
-            TokenEvent(
-                rid, finish_reason=FinishReason.LENGTH, timings=Timings(n, 1.0, request.max_tokens, 1.0)
-            )
-        )
+        sink(TokenEvent(rid, finish_reason=FinishReason.LENGTH, timings=Timings(n, 1.0, budget, 1.0)))

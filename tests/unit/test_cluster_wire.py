@@ -36,6 +36,7 @@ def _request() -> GenerateRequest:
         request_id="r1",
         deadline=now + 30.0,
         arrival_time=now - 0.25,
+        n_resumed=2,
     )
 
 
@@ -48,6 +49,7 @@ def test_request_round_trip() -> None:
     assert back.sampling == req.sampling
     assert back.stop == req.stop
     assert back.request_id == req.request_id
+    assert back.n_resumed == 2
     assert back.deadline is not None and req.deadline is not None
     assert abs(back.deadline - req.deadline) < 0.05
     assert abs(back.arrival_time - req.arrival_time) < 0.05
@@ -137,3 +139,10 @@ def test_resume_and_heartbeat_round_trip() -> None:
 def test_time_conversion_is_inverse() -> None:
     m, w = 1000.0, 1_700_000_000.0
     assert wire.to_monotonic(wire.to_wall(m + 5, m, w), m, w) == pytest.approx(m + 5)
+
+
+def test_a_request_without_n_resumed_decodes_as_fresh() -> None:
+    """Messages of earlier v1 senders have no n_resumed field."""
+    obj = json.loads(wire.encode_request(_request()))
+    del obj["n_resumed"]
+    assert wire.decode_request(json.dumps(obj).encode()).n_resumed == 0
