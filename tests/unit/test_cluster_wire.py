@@ -146,3 +146,51 @@ def test_a_request_without_n_resumed_decodes_as_fresh() -> None:
     obj = json.loads(wire.encode_request(_request()))
     del obj["n_resumed"]
     assert wire.decode_request(json.dumps(obj).encode()).n_resumed == 0
+
+
+def test_embed_job_round_trip() -> None:
+    deadline = time.monotonic() + 12.0
+    job = wire.EmbedJob("e1", ["a red apple", "", "naïve 😀"], deadline=deadline)
+    body = wire.encode_embed_job(job)
+    assert wire.message_kind(body) == "embed"
+    obj = json.loads(body)
+    assert obj["v"] == wire.WIRE_VERSION and abs(obj["deadline_unix"] - (time.time() + 12.0)) < 1.0
+    back = wire.decode_embed_job(body)
+    assert back.request_id == "e1" and back.texts == job.texts
+    assert back.deadline is not None and abs(back.deadline - deadline) < 0.05
+    assert wire.decode_embed_job(wire.encode_embed_job(wire.EmbedJob("e2", ["x"]))).deadline is None
+
+
+def test_embed_reply_round_trip_is_exact() -> None:
+    reply = wire.EmbedReply("e1", [[0.1, -0.2, 1 / 3], [1e-300, -0.0, 5e-324]], n_tokens=9)
+    body = wire.encode_embed_reply(reply)
+    assert wire.message_kind(body) == "embedded"
+    assert wire.decode_embed_reply(body) == reply  # JSON floats round-trip bit for bit
+
+
+def test_embed_reply_failures_and_non_finite_values() -> None:
+    for failure in wire.EmbedFailure:
+        reply = wire.EmbedReply("e3", failure=failure, error=f"{failure.value} went wrong")
+        assert wire.decode_embed_reply(wire.encode_embed_reply(reply)) == reply
+    odd = wire.EmbedReply("e4", [[math.inf, 1.0]], 1)
+    body = wire.encode_embed_reply(odd)
+    assert b"Infinity" not in body
+    back = wire.decode_embed_reply(body)
+    assert back.vectors[0][0] == math.inf and back.failure is None and back.error is None
+
+
+def test_malformed_embed_messages_are_errors() -> None:
+    with pytest.raises(wire.WireError, match="malformed embed message"):
+        wire.decode_embed_job(wire.dumps({"kind": "embed", "request_id": "x", "texts": [1, 2]}))
+    with pytest.raises(wire.WireError, match="malformed embed message"):
+        wire.decode_embed_job(wire.dumps({"kind": "embed", "texts": ["a"]}))
+    with pytest.raises(wire.WireError, match="malformed embedded message"):
+        wire.decode_embed_reply(
+            wire.dumps({"kind": "embedded", "request_id": "x", "vectors": [], "n_tokens": 0, "failure": "?"})
+        )
+    with pytest.raises(wire.WireError, match="expected a embed"):
+        wire.decode_embed_job(wire.encode_request(_request()))
+    obj = json.loads(wire.encode_embed_job(wire.EmbedJob("e5", ["x"])))
+    obj["v"] = 2
+    with pytest.raises(wire.WireError, match="wire version 2"):
+        wire.decode_embed_job(json.dumps(obj).encode())
