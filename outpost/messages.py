@@ -55,6 +55,10 @@ class GenerateRequest:
     # Seconds on time.monotonic()'s clock; None: no deadline.
     deadline: float | None = None
     arrival_time: float = field(default_factory=time.monotonic)
+    # A resumed request (a cluster worker took it over): its last `n_resumed` prompt tokens are
+    # output the client already has. They count against max_tokens (the answer's whole budget)
+    # and prime the stop-string and UTF-8 hold-back, so the text goes on as if never interrupted.
+    n_resumed: int = 0
 
 
 @dataclass(frozen=True)

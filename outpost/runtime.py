@@ -57,7 +57,8 @@ class Engine:
                     idle_cache_cells=idle_cache_cells,
                     copy_min_tokens=1 if model.kv_unified else stream_copy_min_tokens(model.n_ctx_seq),
                 )
-                return Scheduler(self.scheduler_config), self.runner
+                # The runner's own rendering of tokens: a resumed request's text is primed with it.
+                return Scheduler(self.scheduler_config, self.model.vocab.token_to_piece), self.runner
             except BaseException:
                 self.model.close()
                 raise

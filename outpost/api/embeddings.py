@@ -1,8 +1,9 @@
-"""POST /v1/embeddings: OpenAI's embeddings API over the engine's `Embedder`.
+"""POST /v1/embeddings: OpenAI's embeddings API over the backend's `embed()`.
 
-The embedder (mean pooling, L2-normalised) runs on a llama context of its own, loaded on first
-use from `--embedding-model` or the served model's file, in a worker thread behind a lock: it never
-takes a generation slot and never blocks the event loop.
+On `outpost serve` the embedder (mean pooling, L2-normalised) runs on a llama context of its own,
+loaded on first use from `--embedding-model` or the served model's file, on the engine thread: it
+never takes a generation slot and never blocks the event loop. On a gateway a worker of the named
+model computes it (outpost/cluster/embed.py), and the broker's answers are a chat request's.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from outpost.api import mapping
 from outpost.api.errors import ApiError, bad_request
+from outpost.api.generation import admission_error, timeout_error
 from outpost.api.handlers import state_of
 from outpost.api.schemas import EmbeddingRequest
+from outpost.messages import BackendUnavailable, QueueFull
 
 router = APIRouter()
 
@@ -33,14 +35,19 @@ def _encode(vector: list[float], fmt: str) -> list[float] | str:
 async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]:
     """Sentence embeddings for a string or a list of strings."""
     state = state_of(request)
-    backend = state.ready_backend()
+    model_id, backend = state.backend_for(None)
     extra = [Path(state.config.embedding_model).stem] if state.config.embedding_model else []
-    mapping.check_model(body.model, state.model_id, also=extra)
+    if body.model and body.model not in extra:
+        model_id, backend = state.backend_for(body.model)  # a gateway serves several models
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
     try:
         vectors, n_tokens = await backend.embed(texts)
     except ValueError as exc:  # an input longer than the embedding context
         raise bad_request(str(exc), param="input") from exc
+    except (QueueFull, BackendUnavailable) as exc:  # a gateway's broker: as for a chat request
+        raise admission_error(exc) from exc
+    except TimeoutError as exc:  # a gateway's deadline (serve has none for embeddings)
+        raise timeout_error(state.config.request_timeout) from exc
     except RuntimeError as exc:
         raise ApiError(500, f"embedding failed: {exc}", type="server_error", code="engine_error") from exc
     return {
@@ -49,6 +56,6 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]
             {"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)}
             for i, v in enumerate(vectors)
         ],
-        "model": body.model or state.model_id,
+        "model": body.model or model_id,
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     }

@@ -75,15 +75,19 @@ def admission_error(exc: BaseException) -> ApiError:
     raise exc
 
 
+def timeout_error(timeout: float) -> ApiError:
+    return ApiError(
+        504,
+        f"the request did not finish within the server's request timeout ({timeout:g} s)",
+        type="timeout",
+        code="timeout",
+    )
+
+
 def finish_error(finish: FinishReason | None, message: str | None, timeout: float) -> ApiError | None:
     """The error a finish deserves (timeout 504, engine error 500, abort 503), or None for stop/length."""
     if finish is FinishReason.TIMEOUT:
-        return ApiError(
-            504,
-            f"the request did not finish within the server's request timeout ({timeout:g} s)",
-            type="timeout",
-            code="timeout",
-        )
+        return timeout_error(timeout)
     if finish is FinishReason.ERROR:
         return ApiError(
             500, message or "the engine failed this request", type="server_error", code="engine_error"

@@ -68,12 +68,12 @@ def run_worker(args: argparse.Namespace, model_path: str) -> int:
         prefix_cache=config.prefix_cache,
         idle_cache_cells=config.cache_idle_cells,
     )
+    worker_engine = RuntimeEngine(engine)
     try:
         tracer = tracer_for(args.otlp_endpoint, "outpost-worker")
-        worker_engine = RuntimeEngine(engine)
         return asyncio.run(serve_worker(url, config.served_model_id, worker_engine, args.worker_id, tracer))
     finally:
-        engine.close()
+        worker_engine.close()  # the embedder, if one was loaded, then the engine
 
 
 def add_gateway_parser(sub: Any, handler: Any) -> None:

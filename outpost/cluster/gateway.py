@@ -9,7 +9,8 @@ the tokens forwarded are remembered, so a worker that takes over a redelivered r
 verdict from the dead-letter queue (expired: 504; delivery limit: poison) and always ends the request.
 
 `submit()` returns only after the publisher confirm: a nack (the queue is at its length limit) is
-`QueueFull` (429), no broker is `BackendUnavailable` (503) at once.
+`QueueFull` (429), no broker is `BackendUnavailable` (503) at once. Embedding jobs take the same
+queue and the same answers; their one reply each is matched in `embed.EmbedCalls`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 from outpost import tracing
 from outpost.backend import BackendStats, PromptCodec
 from outpost.cluster import topology, wire
+from outpost.cluster.embed import EmbedCalls, vectors_of
 from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
 
 _log = logging.getLogger("outpost.cluster.gateway")
@@ -69,6 +71,7 @@ class GatewayLink:
         self.workers: dict[str, WorkerSeen] = {}
         self.depths: dict[str, int] = {}
         self.counters = {"resumes": 0, "duplicates": 0, "dead_lettered": 0}
+        self.embeds = EmbedCalls(PUBLISH_TIMEOUT_S, DEADLINE_GRACE_S)
         self._conn: AbstractRobustConnection | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -159,6 +162,12 @@ class GatewayLink:
             ) from exc
         return pending
 
+    async def embed(self, model: str, job: wire.EmbedJob) -> wire.EmbedReply:
+        """Publish an embedding job to the model's queue and wait for a worker's reply."""
+        if not self.connected:
+            raise BackendUnavailable("the message broker is unreachable; retry later", retry_after=2.0)
+        return await self.embeds.call(self._pub, topology.request_queue(model), self.reply_name, job)
+
     async def cancel(self, request_id: str) -> None:
         """The client went away: tell every worker (whichever holds it aborts it)."""
         pending = self.pending.pop(request_id, None)
@@ -185,12 +194,17 @@ class GatewayLink:
             if kind == "resume?":
                 await self._answer_resume(message)
                 return
+            if kind == "embedded":
+                self.embeds.on_reply(wire.decode_embed_reply(message.body))
+                return
             batch = wire.decode_batch(message.body)
         except wire.WireError as exc:
             _log.warning("ignoring a reply: %s", exc)
             return
         pending = self.pending.get(batch.request_id)
         if pending is None:
+            if batch.attempt == BROKER_VERDICT:
+                self.embeds.on_verdict(batch)  # an embedding job the broker gave up on
             return  # cancelled or already finished
         if batch.attempt == BROKER_VERDICT:
             self._deliver(pending, [e for e in batch.events if e.finished][:1])
@@ -338,12 +352,14 @@ class RemoteBackend:
         codec: PromptCodec,
         n_ctx_seq: int,
         facts: dict[str, Any] | None = None,
+        request_timeout: float = 600.0,
     ) -> None:
         self.link = link
         self.model = model
         self._codec = codec
         self._n_ctx_seq = n_ctx_seq
         self._facts = dict(facts or {})
+        self.request_timeout = request_timeout  # an embedding job's deadline, as a chat request's
 
     @property
     def codec(self) -> PromptCodec:
@@ -361,7 +377,9 @@ class RemoteBackend:
         await self.link.cancel(request_id)
 
     async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
-        raise BackendUnavailable("embeddings are not served through the gateway yet", retry_after=60.0)
+        """Vectors from a worker of this model; raises what `outpost serve`'s embed would."""
+        job = wire.EmbedJob(uuid.uuid4().hex, texts, deadline=time.monotonic() + self.request_timeout)
+        return vectors_of(await self.link.embed(self.model, job))
 
     def stats(self) -> BackendStats:
         workers = self.link.live_workers()

@@ -61,7 +61,7 @@ async def _serve(
             opened.append(vocab_model)
             facts = vocab_model.describe()
             n_ctx = ctx_size or min(int(facts.get("n_ctx_train") or MAX_POSITIONS), MAX_POSITIONS)
-            backends[mid] = RemoteBackend(link, mid, vocab_model.codec, n_ctx, facts)
+            backends[mid] = RemoteBackend(link, mid, vocab_model.codec, n_ctx, facts, config.request_timeout)
         asyncio.run_coroutine_threadsafe(link.start(CONNECT_TIMEOUT_S), loop).result()
         policy = topology.apply_length_policy(link.url, management_url, ids, config.max_queue)
         asyncio.run_coroutine_threadsafe(policy, loop).result()

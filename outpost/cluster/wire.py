@@ -1,4 +1,5 @@
-"""The cluster's wire format: versioned JSON for requests, reply batches and control messages.
+"""The cluster's wire format: versioned JSON for requests, reply batches, embedding jobs and replies,
+and control messages.
 
 One encoder and one decoder per message kind, all carrying `{"v": WIRE_VERSION, "kind": ...}`; a
 message of another version or kind is a `WireError`, never a guess. Two things do not cross as
@@ -20,6 +21,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from typing import Any
 
 from outpost.messages import (
@@ -32,6 +34,9 @@ from outpost.messages import (
 )
 
 WIRE_VERSION = 1
+# Every kind of v1 message. New kinds and new optional fields are added within v1: a reader of an
+# older v1 ignores the fields and answers an unknown kind with a WireError.
+KINDS = ("request", "events", "resume?", "resume", "cancel", "heartbeat", "embed", "embedded")
 
 
 class WireError(ValueError):
@@ -100,7 +105,7 @@ def loads(body: bytes, kind: str | tuple[str, ...]) -> dict[str, Any]:
 
 def message_kind(body: bytes) -> str:
     """The kind of a v1 message (for queues that carry several kinds)."""
-    obj = loads(body, ("request", "events", "resume?", "resume", "cancel", "heartbeat"))
+    obj = loads(body, KINDS)
     return str(obj["kind"])
 
 
@@ -151,6 +156,7 @@ def encode_request(req: GenerateRequest) -> bytes:
             "stop": list(req.stop),
             "deadline_unix": None if req.deadline is None else to_wall(req.deadline),
             "arrival_unix": to_wall(req.arrival_time),
+            "n_resumed": req.n_resumed,
         }
     )
 
@@ -167,6 +173,7 @@ def decode_request(body: bytes) -> GenerateRequest:
             request_id=str(d["request_id"]),
             deadline=None if deadline is None else to_monotonic(float(deadline)),
             arrival_time=to_monotonic(float(d["arrival_unix"])),
+            n_resumed=int(d.get("n_resumed", 0)),  # absent in messages of earlier v1 senders
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed request message: {exc!r}") from exc
@@ -240,6 +247,86 @@ def decode_batch(body: bytes | dict[str, Any]) -> ReplyBatch:
         return ReplyBatch(rid, int(d["attempt"]), int(d["seq"]), events)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise WireError(f"malformed events message: {exc!r}") from exc
+
+
+# -- embeddings -------------------------------------------------------------------------------
+
+
+class EmbedFailure(StrEnum):
+    """Why an embedding job has no vectors; the gateway raises what `outpost serve` would."""
+
+    INPUT = "input"  # a text longer than the embedding context: 400
+    UNAVAILABLE = "unavailable"  # the worker's engine has stopped: 503
+    ENGINE = "engine"  # the embedding failed: 500
+    TIMEOUT = "timeout"  # the deadline passed before a worker took it: 504
+
+
+@dataclass
+class EmbedJob:
+    """Texts to embed with the model's worker. Idempotent: a redelivery simply computes it again."""
+
+    request_id: str
+    texts: list[str]
+    deadline: float | None = None  # time.monotonic() seconds; None: no deadline
+
+
+@dataclass
+class EmbedReply:
+    """A worker's answer to an EmbedJob: one vector per text and the tokens read, or a failure."""
+
+    request_id: str
+    vectors: list[list[float]] = field(default_factory=list)
+    n_tokens: int = 0
+    failure: EmbedFailure | None = None
+    error: str | None = None
+
+
+def encode_embed_job(job: EmbedJob) -> bytes:
+    deadline = None if job.deadline is None else to_wall(job.deadline)
+    return dumps(
+        {"kind": "embed", "request_id": job.request_id, "texts": job.texts, "deadline_unix": deadline}
+    )
+
+
+def decode_embed_job(body: bytes) -> EmbedJob:
+    d = loads(body, "embed")
+    try:
+        deadline = d.get("deadline_unix")
+        texts = d["texts"]
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise TypeError("texts must be a list of strings")
+        deadline_mono = None if deadline is None else to_monotonic(float(deadline))
+        return EmbedJob(str(d["request_id"]), texts, deadline_mono)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"malformed embed message: {exc!r}") from exc
+
+
+def encode_embed_reply(reply: EmbedReply) -> bytes:
+    out: dict[str, Any] = {
+        "kind": "embedded",
+        "request_id": reply.request_id,
+        "vectors": [[_float_out(x) for x in row] for row in reply.vectors],
+        "n_tokens": reply.n_tokens,
+    }
+    if reply.failure is not None:
+        out["failure"] = reply.failure.value
+        out["error"] = reply.error or ""
+    return dumps(out)
+
+
+def decode_embed_reply(body: bytes) -> EmbedReply:
+    d = loads(body, "embedded")
+    try:
+        failure = d.get("failure")
+        return EmbedReply(
+            str(d["request_id"]),
+            [[_float_in(x) for x in row] for row in d["vectors"]],
+            int(d["n_tokens"]),
+            None if failure is None else EmbedFailure(failure),
+            None if failure is None else str(d.get("error", "")),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"malformed embedded message: {exc!r}") from exc
 
 
 # -- control ----------------------------------------------------------------------------------

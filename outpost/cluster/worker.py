@@ -7,7 +7,8 @@ engine step (and fewer when steps are faster than a broker round trip). Replies 
 gateway's queue with `mandatory`: one the broker cannot route means the gateway is gone, and the
 request is aborted. A request is acked only once its final reply is confirmed, so a worker that
 dies leaves it to the broker to redeliver; the next worker asks the gateway what the client already
-has (`resume?`) and continues from the prompt plus those tokens.
+has (`resume?`) and continues from the prompt plus those tokens. Embedding jobs come on the same
+queue and are answered by `embed.answer` (one reply; a redelivered one is computed again).
 
 Decoding runs on the engine thread; this event loop only moves messages (AMQP heartbeats keep
 flowing during long prefills).
@@ -37,7 +38,7 @@ from aio_pika.abc import (
 from aiormq.exceptions import AMQPError, PublishError
 
 from outpost import tracing
-from outpost.cluster import topology, wire
+from outpost.cluster import embed, topology, wire
 from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ CANCEL_MEMORY = 4096  # recently cancelled ids, for a cancel that overtakes its 
 
 
 class LocalEngine(Protocol):
-    """What the worker needs from an engine: the slot count and a thread-safe submit/abort."""
+    """What the worker needs from an engine: the slot count, a thread-safe submit/abort, embeddings."""
 
     @property
     def slots_total(self) -> int: ...
@@ -59,12 +60,22 @@ class LocalEngine(Protocol):
 
     def abort(self, request_id: str) -> None: ...
 
+    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        """As `LocalBackend.embed`: vectors and tokens read; ValueError for a text too long."""
+        ...
+
 
 class RuntimeEngine:
-    """`outpost.runtime.Engine` seen as a LocalEngine (its core's submit calls the sink per step)."""
+    """`outpost.runtime.Engine` seen as a LocalEngine (its core's submit calls the sink per step).
+
+    Embeddings are `LocalBackend`'s, as on `outpost serve`: the served model's file, loaded on first
+    use and run on the engine thread. `close()` frees the embedder, then the engine."""
 
     def __init__(self, engine: Any) -> None:
+        from outpost.local import LocalBackend  # llama.cpp: only where a real engine runs
+
         self.engine = engine
+        self._local = LocalBackend(engine)
 
     @property
     def slots_total(self) -> int:
@@ -76,17 +87,26 @@ class RuntimeEngine:
     def abort(self, request_id: str) -> None:
         self.engine.core.abort(request_id)
 
+    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        return await self._local.embed(texts)
+
+    def close(self) -> None:
+        self._local.close()
+
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 def continued(request: GenerateRequest, sent: list[int]) -> GenerateRequest:
-    """The rest of a request whose first tokens the client already has."""
+    """The rest of a request whose first tokens the client already has.
+
+    Those tokens go on the prompt and are marked as output (`n_resumed`): the engine counts them
+    against max_tokens and primes its stop-string and UTF-8 hold-back with their text."""
     return dataclasses.replace(
         request,
         prompt_tokens=request.prompt_tokens + sent,
-        max_tokens=request.max_tokens - len(sent),
+        n_resumed=request.n_resumed + len(sent),
     )
 
 
@@ -261,6 +281,10 @@ class Worker:
                 await message.reject(requeue=True)
 
     async def _serve(self, message: AbstractIncomingMessage) -> None:
+        if embed.is_job(message.body):  # idempotent: a redelivered job is simply computed again
+            await embed.answer(message, self.engine.embed, self._pub.default_exchange)
+            self.completed += 1
+            return
         reply_to = message.reply_to
         try:
             request = wire.decode_request(message.body)
@@ -311,7 +335,7 @@ class Worker:
         rid = request.request_id
         if request.deadline is not None and request.deadline <= time.monotonic():
             return TokenEvent(rid, finish_reason=FinishReason.TIMEOUT, error="deadline passed in the queue")
-        if request.max_tokens <= 0:  # a resumed request that had sent all its tokens
+        if request.max_tokens <= request.n_resumed:  # a resumed request that had sent all its tokens
             return TokenEvent(rid, finish_reason=FinishReason.LENGTH)
         return None
 

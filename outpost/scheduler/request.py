@@ -6,9 +6,10 @@ never reads a clock, which keeps it deterministic under test.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from outpost.messages import FinishReason, GenerateRequest, Timings, TokenEvent
+from outpost.messages import FinishReason, GenerateRequest, RequestRejected, Timings, TokenEvent
 from outpost.scheduler.slots import Slot
 from outpost.scheduler.textstream import TextStream
 
@@ -22,11 +23,17 @@ class RequestState:
     the final prefill chunk samples, and from then on each step evaluates the last sampled token.
     After a preemption the whole of `tokens` is prefilled again (recompute), so the text already
     sent never repeats.
+
+    A resumed request (`req.n_resumed` > 0) starts with its text stream primed by the pieces of
+    the output already sent, and may sample `budget` = max_tokens - n_resumed more tokens. Its
+    timings are this run's: prompt_n counts the resumed tokens it evaluated again (as after a
+    preemption), predicted_n / predicted_ms the tokens it sampled and how long that took.
     """
 
     req: GenerateRequest
     tokens: list[int]
     text: TextStream
+    budget: int  # tokens this run may sample: max_tokens less the output already sent
     slot: Slot | None = None
     prefilled: bool = False  # `tokens` as of admission are all in KV; now one token per step
     n_generated: int = 0  # sampled tokens, the EOG token included
@@ -39,8 +46,14 @@ class RequestState:
     last_token_at: float | None = None
 
     @classmethod
-    def new(cls, req: GenerateRequest) -> RequestState:
-        return cls(req, list(req.prompt_tokens), TextStream(req.stop))
+    def new(cls, req: GenerateRequest, token_piece: Callable[[int], bytes] | None = None) -> RequestState:
+        """The request as admitted; `token_piece` renders a resumed request's sent output."""
+        text = TextStream(req.stop)
+        if req.n_resumed:
+            if token_piece is None:
+                raise RequestRejected("this engine cannot resume a request: it has no token pieces")
+            text.prime(b"".join(token_piece(t) for t in req.prompt_tokens[-req.n_resumed :]))
+        return cls(req, list(req.prompt_tokens), text, req.max_tokens - req.n_resumed)
 
     @property
     def request_id(self) -> str:
@@ -85,6 +98,24 @@ class RequestState:
         if self.first_token_at is not None and self.last_token_at is not None:
             t.predicted_ms = _ms(self.last_token_at - self.first_token_at)
         return TokenEvent(self.request_id, token_ids, text, reason, t, error)
+
+
+def check_admissible(req: GenerateRequest, n_ctx_seq: int) -> None:
+    """Raises RequestRejected for a request no engine state could ever serve."""
+    n = len(req.prompt_tokens)
+    if n == 0:
+        raise RequestRejected("the prompt is empty: send at least one token")
+    if n >= n_ctx_seq:
+        raise RequestRejected(
+            f"the prompt has {n} tokens but a request may use {n_ctx_seq} positions (prompt + "
+            f"output): shorten the prompt to at most {n_ctx_seq - 1} tokens or raise the context size"
+        )
+    if req.max_tokens < 1:
+        raise RequestRejected(f"max_tokens must be at least 1 (got {req.max_tokens})")
+    if not 0 <= req.n_resumed < n:
+        raise RequestRejected(f"n_resumed={req.n_resumed} must be below the prompt's {n} tokens")
+    if req.n_resumed >= req.max_tokens:
+        raise RequestRejected(f"a resumed request with its {req.max_tokens} tokens all sent has no work")
 
 
 def _ms(seconds: float) -> float:

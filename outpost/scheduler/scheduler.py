@@ -15,6 +15,7 @@ running request is preempted and later recomputed.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
 from outpost.scheduler.config import SchedulerConfig
@@ -28,7 +29,7 @@ from outpost.scheduler.output import (
     SeqRemove,
 )
 from outpost.scheduler.pool import SlotPool
-from outpost.scheduler.request import RequestState
+from outpost.scheduler.request import RequestState, check_admissible
 from outpost.scheduler.slots import Slot
 
 # With a KV stream per slot, a gap between busy slots that lasts this many steps with nothing
@@ -41,8 +42,10 @@ COMPACT_MIN_TOKENS_LEFT = 16
 class Scheduler:
     """Owns the waiting queue, the slots and every live request. Not thread-safe: one caller."""
 
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerConfig, token_piece: Callable[[int], bytes] | None = None) -> None:
+        """token_piece: a token's bytes as the runner renders them (primes resumed requests' text)."""
         self.config = config
+        self._token_piece = token_piece
         self._pool = SlotPool(
             config.n_slots, config.prefix_cache, compact=not config.shared_kv, copy_min=config.copy_min_tokens
         )
@@ -67,16 +70,7 @@ class Scheduler:
 
     def add_request(self, req: GenerateRequest) -> None:
         """Queues a request; raises RequestRejected (never servable) or QueueFull (try later)."""
-        n, limit = len(req.prompt_tokens), self.config.n_ctx_seq
-        if n == 0:
-            raise RequestRejected("the prompt is empty: send at least one token")
-        if n >= limit:
-            raise RequestRejected(
-                f"the prompt has {n} tokens but a request may use {limit} positions (prompt + "
-                f"output): shorten the prompt to at most {limit - 1} tokens or raise the context size"
-            )
-        if req.max_tokens < 1:
-            raise RequestRejected(f"max_tokens must be at least 1 (got {req.max_tokens})")
+        check_admissible(req, self.config.n_ctx_seq)
         if req.request_id in self._live:
             raise RequestRejected(f"request id {req.request_id!r} is already in use")
         # The bound counts requests that will not find a free slot at the next step.
@@ -85,7 +79,7 @@ class Scheduler:
             raise QueueFull(
                 f"{len(self._waiting)} requests are waiting (max_queue={self.config.max_queue}): retry later"
             )
-        state = RequestState.new(req)
+        state = RequestState.new(req, self._token_piece)
         self._waiting.append(state)
         self._live[req.request_id] = state
         if req.deadline is not None:
@@ -349,7 +343,7 @@ class Scheduler:
         ids = [token.token]
         if stopped:
             event = self._finish(state, FinishReason.STOP, now, ids, text)
-        elif state.n_generated >= state.req.max_tokens or len(state.tokens) >= self.config.n_ctx_seq:
+        elif state.n_generated >= state.budget or len(state.tokens) >= self.config.n_ctx_seq:
             event = self._finish(state, FinishReason.LENGTH, now, ids, text, flush=True)
         else:
             event = TokenEvent(state.request_id, ids, text)

@@ -6,7 +6,8 @@ Two things are held back between tokens:
 - the longest end of the pending text that could still grow into a stop string, so a partial match
   is never shown and then retracted.
 When a stop string appears in the text not yet shown (even split over several tokens), the text
-before it is released, the rest is dropped and the stream reports the stop.
+before it is released, the rest is dropped and the stream reports the stop. `prime()` restores
+that hold-back state from output already delivered elsewhere (a request resumed on another worker).
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ class TextStream:
         if self._stopped:
             return "", True
         return self._release(self._held + self._decoder.decode(piece))
+
+    def prime(self, shown: bytes) -> None:
+        """Takes in output the reader already has (a resumed request's earlier tokens) without
+        showing it again: only what was held back carries over (the start of a stop string, an
+        incomplete UTF-8 character), so the stream continues exactly as an uninterrupted one.
+
+        One call with the tokens' pieces joined is the same as feeding them one by one: the held
+        tail is the longest end of all the text so far that may start a stop string."""
+        self.feed(shown)
 
     def finish(self) -> str:
         """Flushes everything held back (a dangling partial character becomes U+FFFD)."""

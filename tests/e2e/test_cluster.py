@@ -21,7 +21,8 @@ import httpx
 import openai
 import pytest
 from cluster_harness import Gateway, Proc, live, worker
-from server_harness import assert_openai_error
+from server_harness import Server, assert_openai_error
+from server_harness import start as start_server
 from test_server_openai import BAD_INPUT, MAX_BODY
 
 pytestmark = pytest.mark.cluster
@@ -141,6 +142,53 @@ def test_api_keys_as_on_serve(
         assert "sk-cluster-test" not in gateway.stderr()
     finally:
         gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def serve(model: Path) -> Iterator[Server]:
+    """`outpost serve` on the same model file: what the gateway must answer like."""
+    server = start_server(model, "-c", "4096")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_embeddings_as_on_serve(fleet: tuple[Gateway, list[Proc]], serve: Server) -> None:
+    gateway, _ = fleet
+    texts = ["a red apple", "a green pear", "naïve café ☕"]
+
+    def embed(url: str) -> Any:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=120)
+        return client.embeddings.create(model=gateway_model(gateway), input=texts)  # base64 on the wire
+
+    remote, local = embed(gateway.url), embed(serve.url)
+    assert [d.index for d in remote.data] == [0, 1, 2]
+    assert remote.model == local.model == gateway_model(gateway)
+    for a, b in zip(remote.data, local.data, strict=True):
+        assert len(a.embedding) == len(b.embedding) > 0
+        assert a.embedding == pytest.approx(b.embedding, abs=1e-5)
+    assert remote.usage.prompt_tokens == local.usage.prompt_tokens > 0
+    assert remote.usage.total_tokens == local.usage.total_tokens
+    body = {"input": "a red apple", "encoding_format": "float"}
+    floats = httpx.post(f"{gateway.url}/v1/embeddings", json=body, timeout=120).json()
+    assert floats["data"][0]["embedding"] == pytest.approx(local.data[0].embedding, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"input": "apple " * 3000}, {"input": []}, {"input": ["ok", 5]}, {"input": "x", "model": "nope"}],
+    ids=["longer than the embedding context", "empty list", "not a string", "unknown model"],
+)
+def test_bad_embeddings_body_as_on_serve(
+    fleet: tuple[Gateway, list[Proc]], serve: Server, body: dict[str, Any]
+) -> None:
+    gateway, _ = fleet
+    remote = httpx.post(f"{gateway.url}/v1/embeddings", json=body, timeout=120)
+    local = httpx.post(f"{serve.url}/v1/embeddings", json=body, timeout=120)
+    err = assert_openai_error(remote, local.status_code)
+    assert local.status_code in (400, 404)
+    assert err == local.json()["error"]  # message, type, param and code
 
 
 def test_24_concurrent_requests_use_both_workers(fleet: tuple[Gateway, list[Proc]]) -> None:

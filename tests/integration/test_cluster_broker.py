@@ -1,7 +1,8 @@
-"""Gateway link + workers over a real broker, with a counting fake engine (no model).
+"""Gateway link + workers over a real broker, with fake engines (no model).
 
 Token i of a request is its position in the sequence, so a stream resumed on another worker must
-continue with exactly the next positions: any repeated or missing token shows.
+continue with exactly the next positions: any repeated or missing token shows. The scripted engine
+runs the real scheduler over text pieces the test chose, for stop strings across a resume point.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from cluster_fake_engine import CountingEngine
+from cluster_fake_engine import CountingEngine, ScriptedEngine, ScriptedRunner
 
 from outpost.cluster import topology
 from outpost.cluster.gateway import GatewayLink, RemoteBackend
 from outpost.cluster.worker import Worker
+from outpost.core import EngineClient
 from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
 
 pytestmark = pytest.mark.cluster
@@ -35,7 +37,7 @@ def run(coro: Awaitable[Any]) -> Any:
 
 @contextlib.asynccontextmanager
 async def cluster(
-    broker: Any, model: str, engines: list[CountingEngine]
+    broker: Any, model: str, engines: list[Any], request_timeout: float = 60.0
 ) -> AsyncIterator[tuple[RemoteBackend, list[tuple[Worker, asyncio.Event, asyncio.Task[None]]]]]:
     link = GatewayLink(broker.url, [model])
     await link.start()
@@ -44,7 +46,7 @@ async def cluster(
         worker = Worker(broker.url, model, engine)
         stop = asyncio.Event()
         workers.append((worker, stop, asyncio.ensure_future(worker.run(stop))))
-    backend = RemoteBackend(link, model, codec=None, n_ctx_seq=4096)  # type: ignore[arg-type]
+    backend = RemoteBackend(link, model, None, 4096, request_timeout=request_timeout)  # type: ignore[arg-type]
     try:
         await until(lambda: len(link.live_workers(model)) == len(engines), "workers live")
         yield backend, workers
@@ -186,6 +188,8 @@ def test_no_broker_is_unavailable_at_once() -> None:
             await link.start(connect_timeout=0.5)
         with pytest.raises(BackendUnavailable):
             await link.submit("m", request())
+        with pytest.raises(BackendUnavailable):
+            await RemoteBackend(link, "m", None, 4096).embed(["x"])  # type: ignore[arg-type]
 
     run(main())
 
@@ -241,3 +245,139 @@ def test_a_cancelled_consumer_is_re_established(rabbitmq: Any) -> None:
             assert tokens(events) == list(range(3, 8))
 
     run(main())
+
+
+async def kill(worker: tuple[Worker, asyncio.Event, asyncio.Task[None]]) -> None:
+    """The worker dies: its connection drops with what it holds unacked."""
+    worker[2].cancel()
+    with contextlib.suppress(BaseException):
+        await worker[2]
+
+
+async def queue_depth(backend: RemoteBackend) -> int:
+    queue = await backend.link._side.declare_queue(
+        topology.request_queue(backend.model), passive=True, robust=False
+    )
+    return int(queue.declaration_result.message_count or 0)
+
+
+def test_embeddings_through_a_worker(rabbitmq: Any) -> None:
+    engine = CountingEngine(slots=2)
+
+    async def main() -> None:
+        async with cluster(rabbitmq, _model(), [engine]) as (backend, _):
+            vectors, n_tokens = await backend.embed(["a red apple", "pear"])
+            assert vectors == [[11.0, 0.0, 1.0], [4.0, 1.0, 1.0]] and n_tokens == 4
+            with pytest.raises(ValueError, match="input 1 has 60 characters"):  # serve's 400
+                await backend.embed(["ok", "x" * 60])
+            assert len(backend.link.embeds) == 0
+
+    run(main())
+    assert engine.embeds_begun == [["a red apple", "pear"], ["ok", "x" * 60]]
+
+
+def test_worker_killed_mid_embedding_is_redelivered_and_answered_once(rabbitmq: Any) -> None:
+    held, other = CountingEngine(slots=1), CountingEngine(slots=1)
+    texts = ["one", "two words"]
+
+    async def main() -> None:
+        gate = held.embed_gate = asyncio.Event()
+        async with cluster(rabbitmq, _model(), [held]) as (backend, workers):
+            call = asyncio.ensure_future(backend.embed(texts))
+            await until(lambda: bool(held.embeds_begun), "the job held by the first worker")
+            await kill(workers[0])
+            stop = asyncio.Event()
+            rescuer = Worker(rabbitmq.url, backend.model, other)
+            rescuing = asyncio.ensure_future(rescuer.run(stop))
+            try:
+                vectors, n_tokens = await call
+                await until(lambda: rescuer.completed == 1, "the rescuer's ack")
+            finally:
+                gate.set()  # the dead worker's copy ends; with its connection gone it cannot reply
+                stop.set()
+                await rescuing
+            assert vectors == [[3.0, 0.0, 1.0], [9.0, 1.0, 1.0]] and n_tokens == 3
+            assert len(backend.link.embeds) == 0
+            # Acked: with the rescuer gone too, nothing came back to the queue.
+            assert await queue_depth(backend) == 0
+
+    run(main())
+    assert held.embeds_begun == [texts] and other.embeds_begun == [texts]
+
+
+def test_embedding_expired_in_queue_is_a_timeout(rabbitmq: Any) -> None:
+    async def main() -> None:
+        async with cluster(rabbitmq, _model(), [], request_timeout=0.3) as (backend, _):
+            with pytest.raises(TimeoutError, match="deadline passed in the queue"):  # the broker's verdict
+                await backend.embed(["x"])
+            assert len(backend.link.embeds) == 0
+
+    run(main())
+
+
+def test_embedding_to_a_full_queue_is_rejected(rabbitmq: Any) -> None:
+    model = _model()
+
+    async def main() -> None:
+        assert await topology.apply_length_policy(rabbitmq.url, rabbitmq.mgmt_url, [model], 2)
+        async with cluster(rabbitmq, model, []) as (backend, _):
+            with pytest.raises(QueueFull):
+                for _ in range(5):  # chat requests fill it (a quorum queue takes one past its limit)
+                    await backend.submit(request())
+            with pytest.raises(QueueFull):
+                await backend.embed(["x"])
+            assert len(backend.link.embeds) == 0
+
+    run(main())
+
+
+PROMPT_LEN = 3
+
+
+@pytest.mark.parametrize(
+    ("outputs", "stop", "hold_at", "expected"),
+    [
+        ([b"Hel", b"lo ", b"wor", b"ld ", b"ST", b"OP", b"!"], ("STOP",), 5, "Hello world "),
+        ([b"caf", b"\xc3", b"\xa9 ", b"ok"], (), 2, "caf\u00e9 ok"),
+    ],
+    ids=["stop string", "utf-8 character"],
+)
+def test_text_split_across_the_resume_point_is_as_uninterrupted(
+    rabbitmq: Any, outputs: list[bytes], stop: tuple[str, ...], hold_at: int, expected: str
+) -> None:
+    """The first worker dies after `hold_at` outputs, with part of the stop string (or of a
+    character) held back; the stream resumed on another worker shows what one run would."""
+    held = ScriptedEngine(ScriptedRunner(PROMPT_LEN, outputs, hold_at=hold_at))
+    free = ScriptedEngine(ScriptedRunner(PROMPT_LEN, outputs))
+    prompt = list(range(100, 100 + PROMPT_LEN))
+    reference = list(EngineClient(free.core).generate_sync(GenerateRequest(prompt, 20, stop=stop)))
+    assert "".join(e.text for e in reference) == expected
+
+    async def main() -> list[TokenEvent]:
+        async with cluster(rabbitmq, _model(), [held]) as (backend, workers):
+            seen: list[int] = []
+            stream = await backend.submit(
+                GenerateRequest(prompt, 20, stop=stop, deadline=time.monotonic() + 60)
+            )
+            task = asyncio.ensure_future(collect(stream, lambda e: seen.extend(e.token_ids)))
+            await until(lambda: len(seen) == hold_at, "the outputs before the hold")
+            await kill(workers[0])
+            stopping = asyncio.Event()
+            rescuer = asyncio.ensure_future(Worker(rabbitmq.url, backend.model, free).run(stopping))
+            try:
+                events = await task
+            finally:
+                stopping.set()
+                await rescuer
+                held.close()  # the dead worker's engine goes on; its replies cannot go out
+            assert backend.link.counters["resumes"] == 1
+            return events
+
+    try:
+        events = run(main())
+    finally:
+        held.close()
+        free.close()
+    assert "".join(e.text for e in events) == expected
+    assert tokens(events) == tokens(reference)
+    assert events[-1].finish_reason is reference[-1].finish_reason

@@ -72,6 +72,8 @@ class FakeBackend:
         self.pace = asyncio.Event()
         self.pace.set()
         self.refuse: BaseException | None = None
+        self.refuse_embed: BaseException | None = None  # what embed() raises instead of vectors
+        self.embedded: list[list[str]] = []
         self.submitted: list[GenerateRequest] = []
         self.aborted: list[str] = []
         self.closed = False
@@ -87,6 +89,9 @@ class FakeBackend:
         self.aborted.append(request_id)
 
     async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        if self.refuse_embed is not None:
+            raise self.refuse_embed
+        self.embedded.append(texts)
         return [[float(len(t)), 0.0] for t in texts], sum(len(t) for t in texts)
 
     def stats(self) -> BackendStats:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fake_runner import FakeRunner
+from fake_runner import FakeRunner, piece
 
 from outpost.messages import GenerateRequest, SamplingParams, TokenEvent
 from outpost.scheduler import Scheduler, SchedulerConfig
@@ -31,7 +31,7 @@ class Harness:
     n_steps: int = 0
 
     def __post_init__(self) -> None:
-        self.sched = Scheduler(self.config)
+        self.sched = Scheduler(self.config, piece)  # the runner's pieces, as runtime.Engine wires them
         if self.runner.n_batch is None:
             self.runner.n_batch = self.config.step_token_budget
 

@@ -114,3 +114,65 @@ def test_models_by_id_and_unknown_model_is_404(config: ServerConfig) -> None:
     assert unknown.json()["error"]["code"] == "model_not_found"
     assert health.status_code == 200
     assert health.json()["slots_total"] == 2
+
+
+@pytest.mark.parametrize(
+    "refusal", [QueueFull("queue is full"), BackendUnavailable("broker unreachable", retry_after=3)]
+)
+def test_embeddings_refused_by_a_broker_answer_as_chat_does(
+    config: ServerConfig, refusal: BaseException
+) -> None:
+    backend = FakeBackend()
+    backend.refuse = backend.refuse_embed = refusal
+
+    async def go(client: httpx.AsyncClient):  # type: ignore[no-untyped-def]
+        chat = await client.post("/v1/chat/completions", json=CHAT)
+        embeddings = await client.post("/v1/embeddings", json={"input": "hi"})
+        return chat, embeddings
+
+    chat, embeddings = run(go, {"m": backend}, config)
+    assert embeddings.status_code == chat.status_code in (429, 503)
+    assert embeddings.json()["error"]["code"] == chat.json()["error"]["code"]
+    assert embeddings.headers.get("retry-after") == chat.headers.get("retry-after") is not None
+
+
+@pytest.mark.parametrize(
+    ("failure", "status", "code"),
+    [
+        (TimeoutError("the request's deadline passed in the queue"), 504, "timeout"),
+        (ValueError("input 0 has 3000 tokens; the embedding context holds 2048"), 400, None),
+        (RuntimeError("embedding decode failed with code 2"), 500, "engine_error"),
+    ],
+)
+def test_embedding_failures_are_openai_errors(
+    config: ServerConfig, failure: BaseException, status: int, code: str | None
+) -> None:
+    backend = FakeBackend()
+    backend.refuse_embed = failure
+
+    async def go(client: httpx.AsyncClient):  # type: ignore[no-untyped-def]
+        return await client.post("/v1/embeddings", json={"input": ["a", "b"]})
+
+    r = run(go, {"m": backend}, config)
+    assert r.status_code == status
+    assert r.json()["error"]["code"] == code
+    if status == 400:
+        assert r.json()["error"]["param"] == "input"
+        assert str(failure) in r.json()["error"]["message"]
+
+
+def test_embeddings_go_to_the_named_model(config: ServerConfig) -> None:
+    a, b = FakeBackend(), FakeBackend()
+
+    async def go(client: httpx.AsyncClient):  # type: ignore[no-untyped-def]
+        to_b = (await client.post("/v1/embeddings", json={"input": "xyz", "model": "b"})).json()
+        default = (await client.post("/v1/embeddings", json={"input": "q"})).json()
+        unknown = await client.post("/v1/embeddings", json={"input": "q", "model": "zzz"})
+        return to_b, default, unknown
+
+    to_b, default, unknown = run(go, {"a": a, "b": b}, config)
+    assert b.embedded == [["xyz"]] and a.embedded == [["q"]]
+    assert to_b["model"] == "b" and default["model"] == "a"
+    assert to_b["data"][0]["embedding"] == [3.0, 0.0]
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["code"] == "model_not_found"

@@ -36,6 +36,7 @@ def _request() -> GenerateRequest:
         request_id="r1",
         deadline=now + 30.0,
         arrival_time=now - 0.25,
+        n_resumed=2,
     )
 
 
@@ -48,6 +49,7 @@ def test_request_round_trip() -> None:
     assert back.sampling == req.sampling
     assert back.stop == req.stop
     assert back.request_id == req.request_id
+    assert back.n_resumed == 2
     assert back.deadline is not None and req.deadline is not None
     assert abs(back.deadline - req.deadline) < 0.05
     assert abs(back.arrival_time - req.arrival_time) < 0.05
@@ -137,3 +139,58 @@ def test_resume_and_heartbeat_round_trip() -> None:
 def test_time_conversion_is_inverse() -> None:
     m, w = 1000.0, 1_700_000_000.0
     assert wire.to_monotonic(wire.to_wall(m + 5, m, w), m, w) == pytest.approx(m + 5)
+
+
+def test_a_request_without_n_resumed_decodes_as_fresh() -> None:
+    """Messages of earlier v1 senders have no n_resumed field."""
+    obj = json.loads(wire.encode_request(_request()))
+    del obj["n_resumed"]
+    assert wire.decode_request(json.dumps(obj).encode()).n_resumed == 0
+
+
+def test_embed_job_round_trip() -> None:
+    deadline = time.monotonic() + 12.0
+    job = wire.EmbedJob("e1", ["a red apple", "", "naïve 😀"], deadline=deadline)
+    body = wire.encode_embed_job(job)
+    assert wire.message_kind(body) == "embed"
+    obj = json.loads(body)
+    assert obj["v"] == wire.WIRE_VERSION and abs(obj["deadline_unix"] - (time.time() + 12.0)) < 1.0
+    back = wire.decode_embed_job(body)
+    assert back.request_id == "e1" and back.texts == job.texts
+    assert back.deadline is not None and abs(back.deadline - deadline) < 0.05
+    assert wire.decode_embed_job(wire.encode_embed_job(wire.EmbedJob("e2", ["x"]))).deadline is None
+
+
+def test_embed_reply_round_trip_is_exact() -> None:
+    reply = wire.EmbedReply("e1", [[0.1, -0.2, 1 / 3], [1e-300, -0.0, 5e-324]], n_tokens=9)
+    body = wire.encode_embed_reply(reply)
+    assert wire.message_kind(body) == "embedded"
+    assert wire.decode_embed_reply(body) == reply  # JSON floats round-trip bit for bit
+
+
+def test_embed_reply_failures_and_non_finite_values() -> None:
+    for failure in wire.EmbedFailure:
+        reply = wire.EmbedReply("e3", failure=failure, error=f"{failure.value} went wrong")
+        assert wire.decode_embed_reply(wire.encode_embed_reply(reply)) == reply
+    odd = wire.EmbedReply("e4", [[math.inf, 1.0]], 1)
+    body = wire.encode_embed_reply(odd)
+    assert b"Infinity" not in body
+    back = wire.decode_embed_reply(body)
+    assert back.vectors[0][0] == math.inf and back.failure is None and back.error is None
+
+
+def test_malformed_embed_messages_are_errors() -> None:
+    with pytest.raises(wire.WireError, match="malformed embed message"):
+        wire.decode_embed_job(wire.dumps({"kind": "embed", "request_id": "x", "texts": [1, 2]}))
+    with pytest.raises(wire.WireError, match="malformed embed message"):
+        wire.decode_embed_job(wire.dumps({"kind": "embed", "texts": ["a"]}))
+    with pytest.raises(wire.WireError, match="malformed embedded message"):
+        wire.decode_embed_reply(
+            wire.dumps({"kind": "embedded", "request_id": "x", "vectors": [], "n_tokens": 0, "failure": "?"})
+        )
+    with pytest.raises(wire.WireError, match="expected a embed"):
+        wire.decode_embed_job(wire.encode_request(_request()))
+    obj = json.loads(wire.encode_embed_job(wire.EmbedJob("e5", ["x"])))
+    obj["v"] = 2
+    with pytest.raises(wire.WireError, match="wire version 2"):
+        wire.decode_embed_job(json.dumps(obj).encode())

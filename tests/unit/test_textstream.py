@@ -128,3 +128,44 @@ def test_random_splits_match_whole_decoding() -> None:
         assert stopped == bool(hits)
         for s in stops:  # no partial stop string was ever shown beyond the real text
             assert s not in "".join(deltas)
+
+
+def test_prime_keeps_only_what_was_held_back() -> None:
+    stream = TextStream(("STOP",))
+    stream.prime(b"shown already ST")  # "ST" was held back by the stream that showed the rest
+    assert stream.held == "ST"
+    assert stream.feed(b"OP and more") == ("", True)
+
+
+def test_prime_keeps_a_split_character() -> None:
+    stream = TextStream()
+    stream.prime(b"caf\xc3")
+    assert stream.feed(b"\xa9!") == ("é!", False)
+
+
+def test_random_resume_points_continue_the_text_exactly() -> None:
+    """A stream primed with the pieces before any cut shows exactly the rest of one whole run."""
+    rng = random.Random(11)
+    alphabet = ["a", "S", "T", "O", "P", "é", "€", "😀", " "]
+    stops = ("STOP", "é€")
+    for _ in range(300):
+        data = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 20))).encode()
+        cuts = sorted(rng.sample(range(1, len(data)), k=min(len(data) - 1, rng.randint(0, 8))))
+        pieces = [data[i:j] for i, j in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        deltas, _, expected = run(pieces, stops)
+        for cut in range(len(deltas)):  # the old stream showed deltas[:cut], then was cut off
+            rest = run_primed(b"".join(pieces[:cut]), pieces[cut:], stops)
+            assert "".join(deltas[:cut]) + rest == expected, (data, pieces, cut)
+
+
+def run_primed(shown: bytes, pieces: list[bytes], stop: tuple[str, ...]) -> str:
+    """The text a stream primed with output already shown elsewhere adds for `pieces`."""
+    stream = TextStream(stop)
+    stream.prime(shown)
+    text = ""
+    for p in pieces:
+        delta, stopped = stream.feed(p)
+        text += delta
+        if stopped:
+            return text
+    return text + stream.finish()
