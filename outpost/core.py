@@ -126,6 +126,11 @@ class EngineCore:
             self.scheduler.abort(request_id)
         self._wake.set()
 
+    def cached_sequences(self) -> list[tuple[int, ...]]:
+        """What the slots' KV holds now (a copy taken under the lock; for prefix-aware routing)."""
+        with self._lock:
+            return self.scheduler.cached_sequences()
+
     def run_on_engine_thread(self, job: Callable[[], T]) -> Future[T]:
         """Run `job` on the engine thread between two steps (e.g. an embedding batch).
 

@@ -49,8 +49,9 @@ _WORKER_OPTIONS = (
 
 def run_worker(args: argparse.Namespace, model_path: str) -> int:
     from outpost.api.config import build_server_config, sized_config
+    from outpost.cluster.local_engine import RuntimeEngine
     from outpost.cluster.topology import broker_url
-    from outpost.cluster.worker import RuntimeEngine, serve_worker
+    from outpost.cluster.worker import serve_worker
     from outpost.runtime import Engine
     from outpost.tracing import tracer_for
 
@@ -102,6 +103,12 @@ def add_gateway_parser(sub: Any, handler: Any) -> None:
     p.add_argument("--ssl-keyfile", help="TLS private key (PEM)")
     p.add_argument("--ssl-certfile", help="TLS certificate (PEM)")
     p.add_argument("--otlp-endpoint", help="export each request's span to this OTLP/HTTP collector URL")
+    p.add_argument(
+        "--prefix-routing",
+        choices=["on", "off"],
+        help="send a request whose prompt prefix a worker holds in its KV cache to that worker's lane "
+        "(on, default), or every request to the shared queue (off)",
+    )
     p.set_defaults(handler=handler)
 
 
@@ -126,4 +133,11 @@ def run_gateway(args: argparse.Namespace, model_paths: list[str]) -> int:
         tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else None
     )
     config = build_server_config(options, args.api_key_file, args.chat_template)
-    return serve_gateway(config, url, model_paths, args.ctx_size, args.broker_management_url)
+    return serve_gateway(
+        config,
+        url,
+        model_paths,
+        args.ctx_size,
+        args.broker_management_url,
+        prefix_routing=(args.prefix_routing or "on") == "on",
+    )

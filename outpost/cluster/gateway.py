@@ -20,7 +20,6 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,9 +28,10 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, Abstrac
 from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 
 from outpost import tracing
-from outpost.backend import BackendStats, PromptCodec
 from outpost.cluster import topology, wire
-from outpost.cluster.embed import EmbedCalls, vectors_of
+from outpost.cluster.embed import EmbedCalls
+from outpost.cluster.heartbeat import Heartbeat, decode_heartbeat
+from outpost.cluster.routing import Route, Router, WorkerView
 from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
 
 _log = logging.getLogger("outpost.cluster.gateway")
@@ -42,7 +42,7 @@ BROKER_VERDICT = -1  # the attempt number of a dead-letter queue's final reply
 
 
 @dataclass
-class _Pending:
+class Pending:
     request: GenerateRequest
     model: str
     events: asyncio.Queue[TokenEvent] = field(default_factory=asyncio.Queue)
@@ -54,7 +54,8 @@ class _Pending:
 
 @dataclass
 class WorkerSeen:
-    heartbeat: wire.Heartbeat
+    heartbeat: Heartbeat
+    view: WorkerView  # what routing reads (its prefixes as a set)
     last_seen: float  # time.time() of its last heartbeat
     seen_mono: float
 
@@ -62,15 +63,26 @@ class WorkerSeen:
 class GatewayLink:
     """One gateway process's broker connection, reply queue, worker table and requests in flight."""
 
-    def __init__(self, url: str, models: list[str], gateway_id: str | None = None) -> None:
+    def __init__(
+        self, url: str, models: list[str], gateway_id: str | None = None, prefix_routing: bool = True
+    ) -> None:
         self.url = url
         self.models = list(models)
         self.gateway_id = gateway_id or uuid.uuid4().hex[:12]
         self.reply_name = topology.reply_queue(self.gateway_id)
-        self.pending: dict[str, _Pending] = {}
+        self.pending: dict[str, Pending] = {}
         self.workers: dict[str, WorkerSeen] = {}
         self.depths: dict[str, int] = {}
-        self.counters = {"resumes": 0, "duplicates": 0, "dead_lettered": 0}
+        self.counters = {
+            "resumes": 0,
+            "duplicates": 0,
+            "dead_lettered": 0,
+            "routed_prefix": 0,  # to the lane of the worker holding the prompt's prefix
+            "routed_placed": 0,  # to the lane of the worker a new long prefix hashes to
+            "routed_shared": 0,
+            "lane_full": 0,  # a lane nacked (its worker is backed up): sent to the shared queue
+        }
+        self.routers = {m: Router(topology.request_queue(m), prefix_routing) for m in self.models}
         self.embeds = EmbedCalls(PUBLISH_TIMEOUT_S, DEADLINE_GRACE_S)
         self._conn: AbstractRobustConnection | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -125,30 +137,25 @@ class GatewayLink:
 
     # -- requests -------------------------------------------------------------------------------
 
-    async def submit(self, model: str, request: GenerateRequest) -> _Pending:
+    async def submit(self, model: str, request: GenerateRequest) -> Pending:
+        """Publish to the queue routing chooses (a worker's lane or the shared queue), confirmed."""
         if not self.connected:
             raise BackendUnavailable("the message broker is unreachable; retry later", retry_after=2.0)
         rid = request.request_id
-        pending = _Pending(request, model)
+        pending = Pending(request, model)
         self.pending[rid] = pending  # before the publish: a fast worker may reply first
-        expiration = None
-        if request.deadline is not None:
-            expiration = max(request.deadline - time.monotonic(), 0.001)
-        headers: dict[str, Any] = {}
-        tracing.inject(headers, tracing.current.get())  # the HTTP request's span, when traced
-        message = aio_pika.Message(
-            wire.encode_request(request),
-            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-            correlation_id=rid,
-            message_id=rid,
-            reply_to=self.reply_name,
-            expiration=expiration,
-            headers=headers or None,
-        )
+        now = time.monotonic()
+        time_left = None if request.deadline is None else max(request.deadline - now, 0.001)
+        router = self.routers[model]
+        route, hashes = router.route(request.prompt_tokens, self.worker_views(model), now, time_left)
+        body = wire.encode_request(request)
         try:
-            await self._pub.default_exchange.publish(
-                message, routing_key=topology.request_queue(model), mandatory=True, timeout=PUBLISH_TIMEOUT_S
-            )
+            if route.worker_id is not None and await self._publish_to_lane(route, body, request, time_left):
+                router.published(route, hashes, now)
+                self.counters["routed_" + route.reason] += 1
+                return pending
+            await self._publish(topology.request_queue(model), body, request, time_left)
+            self.counters["routed_shared"] += 1
         except PublishError as exc:  # returned: the queue does not exist (deleted under us)
             self.pending.pop(rid, None)
             raise BackendUnavailable(f"no queue for model {model}") from exc
@@ -161,6 +168,44 @@ class GatewayLink:
                 "the message broker is unreachable; retry later", retry_after=2.0
             ) from exc
         return pending
+
+    async def _publish_to_lane(
+        self, route: Route, body: bytes, request: GenerateRequest, time_left: float | None
+    ) -> bool:
+        """True when the lane took it; False when it is full or gone (then the shared queue will)."""
+        expiration = route.window_s if time_left is None else min(route.window_s or time_left, time_left)
+        try:
+            await self._publish(route.queue, body, request, expiration)
+            return True
+        except (DeliveryError, PublishError):
+            self.counters["lane_full"] += 1
+            return False
+
+    async def _publish(
+        self, queue: str, body: bytes, request: GenerateRequest, expiration: float | None
+    ) -> None:
+        headers: dict[str, Any] = {}
+        tracing.inject(headers, tracing.current.get())  # the HTTP request's span, when traced
+        message = aio_pika.Message(
+            body,
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            correlation_id=request.request_id,
+            message_id=request.request_id,
+            reply_to=self.reply_name,
+            expiration=expiration,
+            headers=headers or None,
+        )
+        await self._pub.default_exchange.publish(
+            message, routing_key=queue, mandatory=True, timeout=PUBLISH_TIMEOUT_S
+        )
+
+    def worker_views(self, model: str) -> list[WorkerView]:
+        now = time.monotonic()
+        return [
+            s.view
+            for s in self.workers.values()
+            if s.view.model == model and now - s.seen_mono <= topology.WORKER_TTL_S
+        ]
 
     async def embed(self, model: str, job: wire.EmbedJob) -> wire.EmbedReply:
         """Publish an embedding job to the model's queue and wait for a worker's reply."""
@@ -178,7 +223,7 @@ class GatewayLink:
                 aio_pika.Message(wire.encode_cancel(request_id)), routing_key="", mandatory=False, timeout=5
             )
 
-    def _deliver(self, pending: _Pending, events: list[TokenEvent]) -> None:
+    def _deliver(self, pending: Pending, events: list[TokenEvent]) -> None:
         for event in events:
             if pending.finished:
                 return
@@ -263,11 +308,24 @@ class GatewayLink:
 
     async def _on_status(self, message: AbstractIncomingMessage) -> None:
         try:
-            hb = wire.decode_heartbeat(wire.loads(message.body, "heartbeat"))
+            hb = decode_heartbeat(message.body)
         except wire.WireError as exc:
             _log.warning("ignoring a status message: %s", exc)
             return
-        self.workers[hb.worker_id] = WorkerSeen(hb, time.time(), time.monotonic())
+        view = WorkerView(
+            hb.worker_id,
+            hb.model,
+            hb.lane,
+            hb.slots_total,
+            hb.slots_busy,
+            hb.draining,
+            frozenset(hb.prefixes),
+            hb.prefill_tps,
+        )
+        self.workers[hb.worker_id] = WorkerSeen(hb, view, time.time(), time.monotonic())
+        router = self.routers.get(hb.model)
+        if router is not None:
+            router.heartbeat(hb.worker_id)
 
     # -- background -----------------------------------------------------------------------------
 
@@ -310,94 +368,11 @@ class GatewayLink:
                 "slots_busy": s.heartbeat.slots_busy,
                 "draining": s.heartbeat.draining,
                 "requests_done": s.heartbeat.requests_done,
+                "lane": s.heartbeat.lane,
+                "prefix_blocks": len(s.heartbeat.prefixes),
+                "prefill_tps": s.heartbeat.prefill_tps,
                 "last_seen": round(s.last_seen, 3),
             }
             for s in self.workers.values()
             if model is None or s.heartbeat.model == model
         ]
-
-
-class RemoteStream:
-    """The events of one request served by some worker; leaving early cancels it on the fleet."""
-
-    def __init__(self, link: GatewayLink, pending: _Pending) -> None:
-        self.request_id = pending.request.request_id
-        self._link = link
-        self._pending = pending
-        self._done = False
-
-    async def __aiter__(self) -> AsyncIterator[TokenEvent]:
-        try:
-            while not self._done:
-                event = await self._pending.events.get()
-                self._done = event.finished
-                yield event
-        finally:
-            if not self._done:
-                await self.aclose()
-
-    async def aclose(self) -> None:
-        if not self._done:
-            self._done = True
-            await self._link.cancel(self.request_id)
-
-
-class RemoteBackend:
-    """An InferenceBackend for one model served by the workers consuming its queue."""
-
-    def __init__(
-        self,
-        link: GatewayLink,
-        model: str,
-        codec: PromptCodec,
-        n_ctx_seq: int,
-        facts: dict[str, Any] | None = None,
-        request_timeout: float = 600.0,
-    ) -> None:
-        self.link = link
-        self.model = model
-        self._codec = codec
-        self._n_ctx_seq = n_ctx_seq
-        self._facts = dict(facts or {})
-        self.request_timeout = request_timeout  # an embedding job's deadline, as a chat request's
-
-    @property
-    def codec(self) -> PromptCodec:
-        return self._codec
-
-    @property
-    def n_ctx_seq(self) -> int:
-        return self._n_ctx_seq
-
-    async def submit(self, request: GenerateRequest) -> RemoteStream:
-        pending = await self.link.submit(self.model, request)
-        return RemoteStream(self.link, pending)
-
-    async def abort(self, request_id: str) -> None:
-        await self.link.cancel(request_id)
-
-    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
-        """Vectors from a worker of this model; raises what `outpost serve`'s embed would."""
-        job = wire.EmbedJob(uuid.uuid4().hex, texts, deadline=time.monotonic() + self.request_timeout)
-        return vectors_of(await self.link.embed(self.model, job))
-
-    def stats(self) -> BackendStats:
-        workers = self.link.live_workers()
-        mine = [w for w in workers if w["model"] == self.model]
-        return BackendStats(
-            slots_total=sum(w["slots_total"] for w in mine),
-            slots_busy=sum(w["slots_busy"] for w in mine),
-            queue_depth=self.link.depths.get(self.model, 0),
-            extra={
-                "workers": workers,
-                "queues": {m: self.link.depths.get(m, 0) for m in self.link.models},
-                "broker": "connected" if self.link.connected else "unreachable",
-                **self.link.counters,
-            },
-        )
-
-    def describe(self) -> dict[str, Any]:
-        return dict(self._facts)
-
-    def close(self) -> None:
-        pass  # the link is closed by whoever started it

@@ -16,8 +16,9 @@ from outpost.api.app import create_app
 from outpost.api.config import ServerConfig
 from outpost.api.server import DrainingServer, configure_logging, uvicorn_config
 from outpost.cluster import topology
-from outpost.cluster.gateway import GatewayLink, RemoteBackend
+from outpost.cluster.gateway import GatewayLink
 from outpost.cluster.metrics import ClusterCollector
+from outpost.cluster.remote import RemoteBackend
 from outpost.tracing import Tracer
 
 _log = logging.getLogger("outpost.api")
@@ -36,20 +37,26 @@ def serve_gateway(
     model_paths: list[str],
     ctx_size: int | None = None,
     management_url: str | None = None,
+    prefix_routing: bool = True,
 ) -> int:
     """Serve until stopped; returns the process exit code."""
     configure_logging()
-    return asyncio.run(_serve(config, url, model_paths, ctx_size, management_url))
+    return asyncio.run(_serve(config, url, model_paths, ctx_size, management_url, prefix_routing))
 
 
 async def _serve(
-    config: ServerConfig, url: str, model_paths: list[str], ctx_size: int | None, management_url: str | None
+    config: ServerConfig,
+    url: str,
+    model_paths: list[str],
+    ctx_size: int | None,
+    management_url: str | None,
+    prefix_routing: bool,
 ) -> int:
     loop = asyncio.get_running_loop()
     ids = [model_id(p) for p in model_paths]
     if len(set(ids)) != len(ids):
         raise ValueError(f"two -m models have the same id: {ids}")
-    link = GatewayLink(url, ids)
+    link = GatewayLink(url, ids, prefix_routing=prefix_routing)
     opened: list[Any] = []
 
     def load() -> dict[str, RemoteBackend]:

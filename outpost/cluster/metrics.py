@@ -38,6 +38,10 @@ class ClusterCollector(Collector):
             "resumes": "Requests continued on another worker after a worker died",
             "duplicates": "Reply batches dropped as late or repeated",
             "dead_lettered": "Requests the broker gave up on (expired in the queue, or poison)",
+            "routed_prefix": "Requests sent to the lane of the worker holding their prompt's prefix",
+            "routed_placed": "Requests with a new long prefix sent to the lane of the worker it hashes to",
+            "routed_shared": "Requests sent to the model's shared queue",
+            "lane_full": "Lane publishes refused (the worker's lane was full): sent to the shared queue",
         }
         for name, doc in docs.items():
             counter = CounterMetricFamily(f"outpost_cluster_{name}", doc)

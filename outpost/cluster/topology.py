@@ -10,6 +10,14 @@ a policy through the management HTTP API: declaring an existing queue with a dif
 `x-max-length` fails with 406 PRECONDITION_FAILED, while a policy can change with every gateway
 start. A broker without the management plugin gets a warning and an unbounded queue.
 
+Per worker, a lane `outpost.lane.<model>.<worker id>`: a quorum queue for requests a gateway routed
+to that worker for the prefix its KV holds. A lane message carries a short expiration (the spill
+window) and the lane dead-letters into the model's request queue (at-least-once), so an affine
+request the worker cannot take in time goes to everyone; a delivery limit of 0 sends a request
+whose worker died straight there too. Its length is bounded (a full lane nacks: the gateway
+publishes to the shared queue instead) and it is deleted after a while unused, by which time
+every message in it has long expired into the shared queue.
+
 Fanout exchanges: `outpost.control` (cancels; every worker binds a private queue) and
 `outpost.status` (worker heartbeats; every gateway binds a private queue). Each gateway has its
 own classic exclusive auto-delete reply queue `outpost.reply.<gateway id>`.
@@ -40,6 +48,33 @@ WORKER_TTL_S = 3.5  # a worker silent this long is not live
 
 def request_queue(model: str) -> str:
     return f"outpost.req.{model}"
+
+
+LANE_UNUSED_EXPIRY_MS = 600_000  # a lane nobody consumed for 10 minutes goes
+
+
+def lane_queue(model: str, worker_id: str) -> str:
+    return f"outpost.lane.{model}.{worker_id}"
+
+
+def lane_arguments(model: str, length: int) -> dict[str, Any]:
+    """A lane's arguments: quorum, dead-lettered into the model's request queue."""
+    return {
+        "x-queue-type": "quorum",
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": request_queue(model),
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",  # at-least-once dead-lettering requires it
+        "x-max-length": max(1, length),
+        "x-delivery-limit": 0,  # its worker died holding it: to the shared queue at once
+        "x-expires": LANE_UNUSED_EXPIRY_MS,
+    }
+
+
+async def declare_lane(channel: AbstractChannel, model: str, worker_id: str, length: int) -> AbstractQueue:
+    return await channel.declare_queue(
+        lane_queue(model, worker_id), durable=True, arguments=lane_arguments(model, length)
+    )
 
 
 def reply_queue(gateway_id: str) -> str:

@@ -1,7 +1,10 @@
 """`outpost worker`: takes a model's requests from RabbitMQ, runs them on the local engine, streams replies.
 
-Pull balancing: the consumer's prefetch is the slot count, so the worker never holds more unacked
-requests than it can run; the rest wait in the broker. Each request's events are gathered while
+Pull balancing: the worker reads the model's shared queue and its own lane (requests a gateway
+routed to it for the prefix its KV holds) through exactly one single-message consumer per slot
+(intake.py), so it never holds more unacked requests than it can run; the rest wait in the
+broker. Its heartbeat says its load, its lane, and the block hashes of what its slots hold
+(prefix.py), which is what gateways route by. Each request's events are gathered while
 the previous reply's publisher confirm is awaited, so a request sends at most one message per
 engine step (and fewer when steps are faster than a broker round trip). Replies go to the
 gateway's queue with `mandatory`: one the broker cannot route means the gateway is gone, and the
@@ -25,20 +28,18 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 import aio_pika
-from aio_pika.abc import (
-    AbstractChannel,
-    AbstractIncomingMessage,
-    AbstractQueue,
-    AbstractRobustConnection,
-)
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
 from aiormq.exceptions import AMQPError, PublishError
 
 from outpost import tracing
 from outpost.cluster import embed, topology, wire
+from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat
+from outpost.cluster.intake import LANE, SHARED, Intake
+from outpost.cluster.local_engine import LocalEngine
+from outpost.cluster.prefix import PrefixIndex
 from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
 
 if TYPE_CHECKING:
@@ -48,50 +49,6 @@ _log = logging.getLogger("outpost.cluster.worker")
 
 RESUME_TIMEOUT_S = 10.0
 CANCEL_MEMORY = 4096  # recently cancelled ids, for a cancel that overtakes its request
-
-
-class LocalEngine(Protocol):
-    """What the worker needs from an engine: the slot count, a thread-safe submit/abort, embeddings."""
-
-    @property
-    def slots_total(self) -> int: ...
-
-    def submit(self, request: GenerateRequest, sink: Callable[[TokenEvent], None]) -> None: ...
-
-    def abort(self, request_id: str) -> None: ...
-
-    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
-        """As `LocalBackend.embed`: vectors and tokens read; ValueError for a text too long."""
-        ...
-
-
-class RuntimeEngine:
-    """`outpost.runtime.Engine` seen as a LocalEngine (its core's submit calls the sink per step).
-
-    Embeddings are `LocalBackend`'s, as on `outpost serve`: the served model's file, loaded on first
-    use and run on the engine thread. `close()` frees the embedder, then the engine."""
-
-    def __init__(self, engine: Any) -> None:
-        from outpost.local import LocalBackend  # llama.cpp: only where a real engine runs
-
-        self.engine = engine
-        self._local = LocalBackend(engine)
-
-    @property
-    def slots_total(self) -> int:
-        return int(self.engine.scheduler_config.n_slots)
-
-    def submit(self, request: GenerateRequest, sink: Callable[[TokenEvent], None]) -> None:
-        self.engine.core.submit(request, sink)
-
-    def abort(self, request_id: str) -> None:
-        self.engine.core.abort(request_id)
-
-    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
-        return await self._local.embed(texts)
-
-    def close(self) -> None:
-        self._local.close()
 
 
 def default_worker_id() -> str:
@@ -118,6 +75,17 @@ def delivery_count(message: AbstractIncomingMessage) -> int:
     return 1 if message.redelivered else 0
 
 
+def may_have_started(message: AbstractIncomingMessage) -> bool:
+    """Some worker may have sent tokens of this request: it was delivered before, here or in a
+    lane whose worker died (a lane dead-letters such a request at once, as "delivery_limit")."""
+    if delivery_count(message) > 0:
+        return True
+    deaths = (message.headers or {}).get("x-death")
+    return isinstance(deaths, list) and any(
+        isinstance(d, dict) and d.get("reason") == "delivery_limit" for d in deaths
+    )
+
+
 class Worker:
     """One process's consumer of `outpost.req.<model>` on top of a LocalEngine."""
 
@@ -135,12 +103,19 @@ class Worker:
         self.engine = engine
         self.worker_id = worker_id or default_worker_id()
         self._running: dict[str, asyncio.Queue[TokenEvent]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
         self._cancelled: collections.OrderedDict[str, float] = collections.OrderedDict()
         self._resumes: dict[str, asyncio.Future[wire.ResumeState]] = {}
         self._draining = False
-        self._tag: str | None = None
+        self._prefixes = PrefixIndex()
+        self.prefill_tps = 0.0  # recent prompt tokens per second (an average of finished requests)
         self.completed = 0
+        self.lane = topology.lane_queue(model, self.worker_id)
+        self._intake: Intake | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Requests this worker holds (delivered, not yet acked)."""
+        return len(self._intake.tasks) if self._intake is not None else 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -148,20 +123,18 @@ class Worker:
         """Serve until `stop` is set, then stop consuming and finish what is in flight."""
         conn = await self._connect()
         try:
-            await self._setup(conn)
-            background = [
-                asyncio.ensure_future(self._heartbeats()),
-                asyncio.ensure_future(self._watchdog()),
-            ]
-            _log.warning("worker %s: consuming %s", self.worker_id, topology.request_queue(self.model))
+            intake = await self._setup(conn)
+            background = [asyncio.ensure_future(self._heartbeats()), asyncio.ensure_future(intake.watch())]
+            _log.warning("worker %s: consuming %s and %s", self.worker_id, self._shared_name, self.lane)
             await stop.wait()
             self._draining = True
-            await self._stop_consuming()
-            while self._tasks:  # in flight: finish them, ack them
-                await asyncio.wait(set(self._tasks))
+            await intake.stop()
+            while intake.tasks:  # in flight: finish them, ack them
+                await asyncio.wait(set(intake.tasks))
             await self._publish_heartbeat()
             for task in background:
                 task.cancel()
+            await self._delete_lane()
         finally:
             await conn.close()
 
@@ -176,14 +149,14 @@ class Worker:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def _setup(self, conn: AbstractRobustConnection) -> None:
+    async def _setup(self, conn: AbstractRobustConnection) -> Intake:
         self._pub = await conn.channel(publisher_confirms=True, on_return_raises=True)
         self._control, self._status = await topology.declare_common(self._pub)
-        self._consume_ch: AbstractChannel = await conn.channel()
-        # Per-consumer prefetch (quorum queues have no channel-wide one): never more unacked
-        # requests than slots.
-        await self._consume_ch.set_qos(prefetch_count=self.engine.slots_total)
-        self._queue: AbstractQueue = await topology.declare_request_queue(self._consume_ch, self.model)
+        consume_ch = await conn.channel()
+        assert isinstance(consume_ch, AbstractRobustChannel)  # a robust connection's channels are
+        shared = await topology.declare_request_queue(consume_ch, self.model)
+        self._shared_name = shared.name
+        lane = await topology.declare_lane(consume_ch, self.model, self.worker_id, self.engine.slots_total)
         side = await conn.channel()
         # Named, not server-named: a robust reconnect re-declares it by name ("amq.gen-*" is refused).
         control_q = await side.declare_queue(
@@ -194,31 +167,15 @@ class Worker:
         self._private = topology.reply_queue(f"worker.{self.worker_id}")
         private_q = await side.declare_queue(self._private, exclusive=True, auto_delete=True)
         await private_q.consume(self._on_private, no_ack=True)
-        await self._consume()
+        intake = Intake(consume_ch, {LANE: lane, SHARED: shared}, self.engine.slots_total, self._handle)
+        self._intake = intake
+        await intake.start()
+        return intake
 
-    async def _consume(self) -> None:
-        self._tag = await self._queue.consume(self._on_request)
-
-    async def _stop_consuming(self) -> None:
-        if self._tag is not None:
-            with contextlib.suppress(AMQPError, RuntimeError, asyncio.TimeoutError):
-                await self._queue.cancel(self._tag)
-            self._tag = None
-
-    async def _watchdog(self) -> None:
-        """Re-consume when the broker cancelled the consumer (aiormq drops basic.cancel silently)."""
-        while not self._draining:
-            await asyncio.sleep(1.0)
-            with contextlib.suppress(AMQPError, RuntimeError, asyncio.TimeoutError):
-                if self._consume_ch.is_closed or self._tag is None:
-                    continue
-                underlay = await self._consume_ch.get_underlay_channel()
-                consumers: dict[str, object] = getattr(underlay, "consumers", {})  # aiormq's, untyped
-                if self._tag not in consumers and not self._draining:
-                    _log.warning(
-                        "worker %s: the broker cancelled the consumer; consuming again", self.worker_id
-                    )
-                    await self._consume()
+    async def _delete_lane(self) -> None:
+        """Drained: the lane goes if empty (requests still in it expire into the shared queue)."""
+        with contextlib.suppress(AMQPError, RuntimeError, asyncio.TimeoutError):
+            await self._pub.queue_delete(self.lane, if_empty=True, timeout=5)
 
     async def _heartbeats(self) -> None:
         while True:
@@ -227,15 +184,18 @@ class Worker:
             await asyncio.sleep(topology.HEARTBEAT_S)
 
     async def _publish_heartbeat(self) -> None:
-        hb = wire.Heartbeat(
+        hb = Heartbeat(
             self.worker_id,
             self.model,
             self.engine.slots_total,
-            len(self._tasks),
+            self.in_flight,
             self._draining,
             self.completed,
+            self.lane,
+            tuple(self._prefixes.hashes(self.engine.cached_sequences())),
+            self.prefill_tps,
         )
-        message = aio_pika.Message(wire.encode_heartbeat(hb), expiration=topology.WORKER_TTL_S)
+        message = aio_pika.Message(encode_heartbeat(hb), expiration=topology.WORKER_TTL_S)
         await self._status.publish(message, routing_key="", mandatory=False, timeout=5)
 
     # -- control --------------------------------------------------------------------------------
@@ -266,11 +226,6 @@ class Worker:
 
     # -- requests -------------------------------------------------------------------------------
 
-    async def _on_request(self, message: AbstractIncomingMessage) -> None:
-        task = asyncio.ensure_future(self._handle(message))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def _handle(self, message: AbstractIncomingMessage) -> None:
         try:
             await self._serve(message)
@@ -297,7 +252,7 @@ class Worker:
             await message.ack()
             return
         attempt, seq = 0, 0
-        if delivery_count(message) > 0:
+        if may_have_started(message):
             state = await self._ask_resume(rid, reply_to)
             if state is None or state.gone:
                 _log.warning(
@@ -314,12 +269,21 @@ class Worker:
             await self._reply(reply_to, wire.ReplyBatch(rid, attempt, seq, [final]))
         else:
             final = await self._generate(request, reply_to, attempt, seq)
+            self._note_prefill(final)
             parent = tracing.extract(message.headers)
             if self.tracer is not None and parent is not None and final.timings is not None:
                 # Under the gateway's request span: one trace across both processes.
                 self.tracer.record_engine_phases(parent, final.timings, time.time_ns())
         await message.ack()
         self.completed += 1
+
+    def _note_prefill(self, final: TokenEvent) -> None:
+        """Keeps a running average of prompt tokens/s: gateways size their spill windows with it."""
+        t = final.timings
+        if t is None or t.prompt_n < 16 or t.prompt_ms <= 0:
+            return
+        tps = t.prompt_n / t.prompt_ms * 1000.0
+        self.prefill_tps = tps if self.prefill_tps == 0 else 0.8 * self.prefill_tps + 0.2 * tps
 
     async def _end_stale_copy(self, rid: str) -> None:
         """A redelivery after our own channel broke: the copy still running here is doomed, end it."""

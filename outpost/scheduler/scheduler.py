@@ -148,6 +148,10 @@ class Scheduler:
         """KV cells held by all sequences (shared prefix cells once), as the scheduler tracks them."""
         return self._pool.cells_used()
 
+    def cached_sequences(self) -> list[tuple[int, ...]]:
+        """What every slot's KV holds (busy and idle), for prefix-aware routing."""
+        return [tuple(s.cached) for s in self._pool.slots if s.cached]
+
     def cached_tokens(self, seq_id: int) -> tuple[int, ...]:
         """The tokens the scheduler believes sequence `seq_id` holds (for tests and debugging)."""
         return tuple(self._pool.slots[seq_id].cached)

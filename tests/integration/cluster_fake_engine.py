@@ -33,11 +33,21 @@ class CountingEngine:
         self.busy = threading.Semaphore(0)
         self.embeds_begun: list[list[str]] = []
         self.embed_gate: asyncio.Event | None = None  # when given, embeddings wait until it is set
+        self.prompts: list[list[int]] = []  # every prompt it ran: its "KV cache" (the last `slots`)
+        self.running = 0
+        self.max_running = 0  # the most requests it ever ran at once
 
     def submit(self, request: GenerateRequest, sink: Callable[[TokenEvent], None]) -> None:
         with self._lock:
             self.started.append(request.request_id)
+            self.prompts.append(list(request.prompt_tokens))
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
         threading.Thread(target=self._run, args=(request, sink), daemon=True).start()
+
+    def cached_sequences(self) -> list[tuple[int, ...]]:
+        with self._lock:
+            return [tuple(p) for p in self.prompts[-self.slots_total :]]
 
     def abort(self, request_id: str) -> None:
         with self._lock:
@@ -56,8 +66,12 @@ class CountingEngine:
         )
 
     def _run(self, request: GenerateRequest, sink: Callable[[TokenEvent], None]) -> None:
-        with contextlib.suppress(RuntimeError):  # the test's loop closed under a "killed" worker
-            self._emit(request, sink)
+        try:
+            with contextlib.suppress(RuntimeError):  # the test's loop closed under a "killed" worker
+                self._emit(request, sink)
+        finally:
+            with self._lock:
+                self.running -= 1
 
     def _emit(self, request: GenerateRequest, sink: Callable[[TokenEvent], None]) -> None:
         rid = request.request_id
@@ -128,6 +142,9 @@ class ScriptedEngine:
 
     def abort(self, request_id: str) -> None:
         self.core.abort(request_id)
+
+    def cached_sequences(self) -> list[tuple[int, ...]]:
+        return self.core.cached_sequences()
 
     def close(self) -> None:
         self.runner.release.set()

@@ -18,7 +18,8 @@ import pytest
 from cluster_fake_engine import CountingEngine, ScriptedEngine, ScriptedRunner
 
 from outpost.cluster import topology
-from outpost.cluster.gateway import GatewayLink, RemoteBackend
+from outpost.cluster.gateway import GatewayLink
+from outpost.cluster.remote import RemoteBackend
 from outpost.cluster.worker import Worker
 from outpost.core import EngineClient
 from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
@@ -147,7 +148,7 @@ def test_cancel_reaches_the_worker(rabbitmq: Any) -> None:
             await agen.__anext__()
             await agen.aclose()  # the client went away
             worker = workers[0][0]
-            await until(lambda: not worker._tasks, "slot freed", timeout=5.0)
+            await until(lambda: not worker.in_flight, "slot freed", timeout=5.0)
 
     run(main())
 
@@ -235,12 +236,14 @@ def test_a_cancelled_consumer_is_re_established(rabbitmq: Any) -> None:
 
     async def main() -> None:
         async with cluster(broker, _model(), [engine]) as (backend, workers):
-            worker = workers[0][0]
-            underlay = await worker._consume_ch.get_underlay_channel()
-            old_tag = worker._tag
+            intake = workers[0][0]._intake
+            assert intake is not None
+            credit = intake.plan.credits[0]  # one slot: one consumer, on the shared queue
+            underlay = await intake._channel.get_underlay_channel()
+            old_tag = credit.tag
             assert old_tag is not None
             await underlay.basic_cancel(old_tag)  # behind aio-pika's back, as a broker cancel is
-            await until(lambda: worker._tag != old_tag, "a new consumer", timeout=10.0)
+            await until(lambda: credit.tag not in (None, old_tag), "a new consumer", timeout=10.0)
             events = await collect(await backend.submit(request(max_tokens=5)))
             assert tokens(events) == list(range(3, 8))
 

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from outpost.cluster import wire
+from outpost.cluster.heartbeat import Heartbeat, decode_heartbeat, encode_heartbeat
 from outpost.messages import (
     FinishReason,
     GenerateRequest,
@@ -131,9 +132,23 @@ def test_wrong_kind_and_garbage_are_errors() -> None:
 def test_resume_and_heartbeat_round_trip() -> None:
     state = wire.ResumeState("r3", attempt=2, seq=7, token_ids=[1, 2, 3])
     assert wire.decode_resume(wire.encode_resume(state)) == state
-    hb = wire.Heartbeat("w1", "tiny", 4, 1)
-    obj = wire.loads(wire.encode_heartbeat(hb), "heartbeat")
-    assert wire.decode_heartbeat(obj) == hb
+    hb = Heartbeat("w1", "tiny", 4, 1, lane="outpost.lane.tiny.w1", prefixes=("ab" * 8,), prefill_tps=512.5)
+    assert decode_heartbeat(encode_heartbeat(hb)) == hb
+    old = wire.dumps({"kind": "heartbeat", "id": "w0", "model": "tiny", "slots_total": 2, "slots_busy": 0})
+    assert decode_heartbeat(old) == Heartbeat("w0", "tiny", 2, 0)  # before lanes: no lane, no prefixes
+    with pytest.raises(wire.WireError, match="malformed heartbeat"):
+        decode_heartbeat(
+            wire.dumps(
+                {
+                    "kind": "heartbeat",
+                    "id": "w",
+                    "model": "m",
+                    "slots_total": 1,
+                    "slots_busy": 0,
+                    "prefixes": 5,
+                }
+            )
+        )
 
 
 def test_time_conversion_is_inverse() -> None:

@@ -1,0 +1,67 @@
+"""A worker's heartbeat on the status exchange: its load, its lane, and the prefixes its KV holds.
+
+Encoded like every cluster message (outpost/cluster/wire.py: versioned JSON, one encoder and one
+decoder). Gateways keep the latest heartbeat of each worker: /health lists them, and routing
+(routing.py) reads the slots, the lane, the advertised prefix hashes (prefix.py) and the measured
+prefill speed. Fields added after the first version are optional when decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from outpost.cluster.wire import WireError, dumps, loads
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A worker's state, published about once a second."""
+
+    worker_id: str
+    model: str
+    slots_total: int
+    slots_busy: int
+    draining: bool = False
+    requests_done: int = 0  # requests this worker finished (acked) since it started
+    lane: str | None = None  # its own queue for requests routed to it by prefix
+    prefixes: tuple[str, ...] = ()  # block hashes of what its slots hold (prefix.py)
+    prefill_tps: float = 0.0  # prompt tokens per second it evaluates (recent requests)
+
+
+def encode_heartbeat(hb: Heartbeat) -> bytes:
+    return dumps(
+        {
+            "kind": "heartbeat",
+            "id": hb.worker_id,
+            "model": hb.model,
+            "slots_total": hb.slots_total,
+            "slots_busy": hb.slots_busy,
+            "draining": hb.draining,
+            "requests_done": hb.requests_done,
+            "lane": hb.lane,
+            "prefixes": list(hb.prefixes),
+            "prefill_tps": round(hb.prefill_tps, 1),
+        }
+    )
+
+
+def decode_heartbeat(body: bytes) -> Heartbeat:
+    d = loads(body, "heartbeat")
+    try:
+        lane = d.get("lane")
+        prefixes = d.get("prefixes") or []
+        if not isinstance(prefixes, list):
+            raise TypeError("prefixes must be a list")
+        return Heartbeat(
+            str(d["id"]),
+            str(d["model"]),
+            int(d["slots_total"]),
+            int(d["slots_busy"]),
+            bool(d.get("draining", False)),
+            int(d.get("requests_done", 0)),
+            None if lane is None else str(lane),
+            tuple(str(h) for h in prefixes),
+            float(d.get("prefill_tps", 0.0)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"malformed heartbeat: {exc!r}") from exc

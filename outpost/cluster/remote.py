@@ -1,0 +1,105 @@
+"""`RemoteBackend`: the InferenceBackend a gateway serves, one per model, over its `GatewayLink`.
+
+The API layer (outpost/api) sees only this: `submit` returns once the broker confirmed the
+request (or raises QueueFull / BackendUnavailable before any byte of a reply goes out), the
+stream yields the events the link forwards, and leaving it early cancels the request on the fleet.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from outpost.backend import BackendStats, PromptCodec
+from outpost.cluster import wire
+from outpost.cluster.embed import vectors_of
+from outpost.cluster.gateway import GatewayLink, Pending
+from outpost.messages import GenerateRequest, TokenEvent
+
+
+class RemoteStream:
+    """The events of one request served by some worker; leaving early cancels it on the fleet."""
+
+    def __init__(self, link: GatewayLink, pending: Pending) -> None:
+        self.request_id = pending.request.request_id
+        self._link = link
+        self._pending = pending
+        self._done = False
+
+    async def __aiter__(self) -> AsyncIterator[TokenEvent]:
+        try:
+            while not self._done:
+                event = await self._pending.events.get()
+                self._done = event.finished
+                yield event
+        finally:
+            if not self._done:
+                await self.aclose()
+
+    async def aclose(self) -> None:
+        if not self._done:
+            self._done = True
+            await self._link.cancel(self.request_id)
+
+
+class RemoteBackend:
+    """An InferenceBackend for one model served by the workers consuming its queue."""
+
+    def __init__(
+        self,
+        link: GatewayLink,
+        model: str,
+        codec: PromptCodec,
+        n_ctx_seq: int,
+        facts: dict[str, Any] | None = None,
+        request_timeout: float = 600.0,
+    ) -> None:
+        self.link = link
+        self.model = model
+        self._codec = codec
+        self._n_ctx_seq = n_ctx_seq
+        self._facts = dict(facts or {})
+        self.request_timeout = request_timeout  # an embedding job's deadline, as a chat request's
+
+    @property
+    def codec(self) -> PromptCodec:
+        return self._codec
+
+    @property
+    def n_ctx_seq(self) -> int:
+        return self._n_ctx_seq
+
+    async def submit(self, request: GenerateRequest) -> RemoteStream:
+        pending = await self.link.submit(self.model, request)
+        return RemoteStream(self.link, pending)
+
+    async def abort(self, request_id: str) -> None:
+        await self.link.cancel(request_id)
+
+    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        """Vectors from a worker of this model; raises what `outpost serve`'s embed would."""
+        job = wire.EmbedJob(uuid.uuid4().hex, texts, deadline=time.monotonic() + self.request_timeout)
+        return vectors_of(await self.link.embed(self.model, job))
+
+    def stats(self) -> BackendStats:
+        workers = self.link.live_workers()
+        mine = [w for w in workers if w["model"] == self.model]
+        return BackendStats(
+            slots_total=sum(w["slots_total"] for w in mine),
+            slots_busy=sum(w["slots_busy"] for w in mine),
+            queue_depth=self.link.depths.get(self.model, 0),
+            extra={
+                "workers": workers,
+                "queues": {m: self.link.depths.get(m, 0) for m in self.link.models},
+                "broker": "connected" if self.link.connected else "unreachable",
+                **self.link.counters,
+            },
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self._facts)
+
+    def close(self) -> None:
+        pass  # the link is closed by whoever started it

@@ -1,0 +1,199 @@
+"""Prefix-aware routing over a real broker: lanes, spill, a death in a lane, the slot bound.
+
+Fake engines (no model): a CountingEngine "holds" in its KV the prompts it ran (its last `slots`),
+advertises their block hashes in its heartbeat, and emits token i of a request as its position,
+so a stream handed to another worker must continue with exactly the next positions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from cluster_fake_engine import CountingEngine
+from test_cluster_broker import LIMIT_S, collect, run, tokens, until
+
+from outpost.cluster.gateway import GatewayLink
+from outpost.cluster.prefix import BLOCK
+from outpost.cluster.remote import RemoteBackend
+from outpost.cluster.worker import Worker
+from outpost.messages import FinishReason, GenerateRequest
+
+pytestmark = pytest.mark.cluster
+SYSTEM = [random.Random(5).randrange(1000, 40_000) for _ in range(5 * BLOCK)]  # a 320-token prefix
+
+
+def prompt(tail: int, system: list[int] = SYSTEM) -> list[int]:
+    return [*system, 7, tail, 9]
+
+
+def req(tokens_: list[int], max_tokens: int = 10) -> GenerateRequest:
+    return GenerateRequest(tokens_, max_tokens, deadline=time.monotonic() + LIMIT_S)
+
+
+class Fleet:
+    """Gateway links and workers on one model; workers can be added and killed one by one."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.model = "route-" + uuid.uuid4().hex[:8]
+        self.links: list[GatewayLink] = []
+        self.workers: dict[str, tuple[Worker, asyncio.Task[None]]] = {}
+
+    async def gateway(self) -> RemoteBackend:
+        link = GatewayLink(self.broker.url, [self.model])
+        await link.start()
+        self.links.append(link)
+        return RemoteBackend(link, self.model, None, 8192)  # type: ignore[arg-type]
+
+    async def worker(self, name: str, engine: CountingEngine) -> Worker:
+        worker = Worker(self.broker.url, self.model, engine, worker_id=f"{name}-{uuid.uuid4().hex[:4]}")
+        self.workers[name] = (worker, asyncio.ensure_future(worker.run(asyncio.Event())))
+        await until(lambda: all(worker.worker_id in link.workers for link in self.links), f"{name} live")
+        return worker
+
+    async def kill(self, name: str) -> None:
+        """Its connection drops with what it holds unacked, as a SIGKILL does."""
+        _, task = self.workers.pop(name)
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+
+    async def advertised(self, worker: Worker, min_blocks: int) -> None:
+        await until(
+            lambda: all(
+                len(link.workers[worker.worker_id].heartbeat.prefixes) >= min_blocks for link in self.links
+            ),
+            "the prefix in every gateway's view",
+        )
+
+    async def close(self) -> None:
+        for name in list(self.workers):
+            await self.kill(name)
+        for link in self.links:
+            await link.close()
+
+
+@contextlib.asynccontextmanager
+async def fleet(broker: Any) -> AsyncIterator[Fleet]:
+    f = Fleet(broker)
+    try:
+        yield f
+    finally:
+        await f.close()
+
+
+def test_a_held_prefix_lands_on_its_holder_from_every_gateway(rabbitmq: Any) -> None:
+    a, b = CountingEngine(slots=4, step_s=0.002), CountingEngine(slots=4, step_s=0.002)
+
+    async def main() -> None:
+        async with fleet(rabbitmq) as f:
+            gateways = [await f.gateway(), await f.gateway()]
+            wa, _ = await f.worker("a", a), await f.worker("b", b)
+            await collect(await gateways[0].submit(req(prompt(0))))  # placed on one of them
+            holder, other = (a, b) if a.started else (b, a)
+            holder_worker = wa if holder is a else f.workers["b"][0]
+            await f.advertised(holder_worker, 5)
+            before = len(holder.started)
+            for wave in range(3):  # four at a time: the holder's slots (a longer burst may spill)
+                streams = [await gateways[i % 2].submit(req(prompt(4 * wave + i + 1))) for i in range(4)]
+                results = await asyncio.gather(*(collect(s) for s in streams))
+                assert all(r[-1].finish_reason is FinishReason.LENGTH for r in results)
+            assert len(holder.started) - before == 12 and len(other.started) == 0
+            assert sum(link.counters["routed_prefix"] for link in f.links) == 12
+
+    run(main())
+
+
+def test_short_prompts_are_pulled_from_the_shared_queue_by_everyone(rabbitmq: Any) -> None:
+    engines = [CountingEngine(slots=2, step_s=0.005), CountingEngine(slots=2, step_s=0.005)]
+
+    async def main() -> None:
+        async with fleet(rabbitmq) as f:
+            gateway = await f.gateway()
+            for i, engine in enumerate(engines):
+                await f.worker(f"w{i}", engine)
+            streams = [await gateway.submit(req([5, 6, i], 12)) for i in range(8)]
+            await asyncio.gather(*(collect(s) for s in streams))
+            assert f.links[0].counters["routed_shared"] == 8
+
+    run(main())
+    assert engines[0].started and engines[1].started
+
+
+def test_a_busy_holders_affine_request_spills_to_another_worker(rabbitmq: Any) -> None:
+    busy = CountingEngine(slots=2, step_s=0.05)
+    idle = CountingEngine(slots=2, step_s=0.002)
+
+    async def main() -> None:
+        async with fleet(rabbitmq) as f:
+            gateway = await f.gateway()
+            holder = await f.worker("holder", busy)
+            long_runs = [await gateway.submit(req(prompt(i), max_tokens=400)) for i in range(2)]
+            await until(lambda: busy.running == 2, "the holder's two slots busy")
+            await f.advertised(holder, 5)
+            await f.worker("idle", idle)
+            started = time.monotonic()
+            events = await collect(await gateway.submit(req(prompt(99), max_tokens=5)))
+            waited = time.monotonic() - started
+            assert f.links[0].counters["routed_prefix"] >= 1
+            assert len(idle.started) == 1, "spilled from the holder's lane to the shared queue"
+            assert tokens(events) == list(range(len(prompt(99)), len(prompt(99)) + 5))
+            assert waited < LIMIT_S / 2
+            for stream in long_runs:
+                await stream.aclose()
+
+    run(main())
+
+
+def test_a_worker_killed_holding_a_lane_request_hands_it_over_exactly(rabbitmq: Any) -> None:
+    first = CountingEngine(slots=2, step_s=0.02)
+    second = CountingEngine(slots=2, step_s=0.002)
+
+    async def main() -> None:
+        async with fleet(rabbitmq) as f:
+            gateway = await f.gateway()
+            holder = await f.worker("first", first)
+            await collect(await gateway.submit(req(prompt(0), max_tokens=2)))
+            await f.advertised(holder, 5)
+            await f.worker("second", second)
+            seen: list[int] = []
+            stream = await gateway.submit(req(prompt(1), max_tokens=60))
+            task = asyncio.ensure_future(collect(stream, lambda e: seen.extend(e.token_ids)))
+            await until(lambda: len(seen) >= 10, "ten tokens from the holder")
+            assert len(first.started) == 2
+            await f.kill("first")
+            events = await asyncio.wait_for(task, LIMIT_S)
+            n = len(prompt(1))
+            assert tokens(events) == list(range(n, n + 60)), "no token repeated or missing"
+            assert sum(e.finished for e in events) == 1 and second.started
+
+    run(main())
+
+
+def test_a_worker_never_holds_more_requests_than_slots(rabbitmq: Any) -> None:
+    engine = CountingEngine(slots=3, step_s=0.01)
+
+    async def main() -> None:
+        async with fleet(rabbitmq) as f:
+            gateways = [await f.gateway(), await f.gateway()]
+            w = await f.worker("only", engine)
+            await collect(await gateways[0].submit(req(prompt(0), max_tokens=2)))
+            await f.advertised(w, 5)
+            mixed = [prompt(i) if i % 2 else [3, 4, i] for i in range(16)]
+            streams = [await gateways[i % 2].submit(req(p, 15)) for i, p in enumerate(mixed)]
+            results = await asyncio.gather(*(collect(s) for s in streams))
+            assert all(r[-1].finish_reason is FinishReason.LENGTH for r in results)
+            routed = {
+                k: sum(link.counters[k] for link in f.links) for k in ("routed_prefix", "routed_shared")
+            }
+            assert routed["routed_prefix"] >= 4 and routed["routed_shared"] >= 8  # a full lane spills
+
+    run(main())
+    assert engine.max_running <= 3
