@@ -43,6 +43,7 @@ class Residency:
         # or fragmented) so the same batch is not retried forever; reset when nothing runs.
         self._kv_limit = config.n_ctx
         self._n_deadlines = 0  # live requests with a deadline: no deadline, no scan
+        self._n_awaiting = 0  # running requests awaiting a prefix another computes (sharing.py)
 
     # ---- leaving a slot ----------------------------------------------------------------------
 
@@ -92,6 +93,9 @@ class Residency:
             return
         self._pool.release(slot)
         self._owner[slot.seq_id] = None
+        if state.awaiting is not None:  # back in the queue it decides again at its next admission
+            state.awaiting = None
+            self._n_awaiting -= 1
         self._setups.pop(slot.seq_id, None)  # a chain asked for in this same step is not needed
         state.slot = None
 

@@ -5,12 +5,13 @@ the `SchedulerOutput` to a runner, and passes the `RunnerOutput` to `update_from
 returns the step's `TokenEvent`s. Decisions taken inside `schedule()` (aborts, deadlines) come back
 as events from the `update_from_output()` that follows it.
 
-A step, in order: apply aborts and deadlines; admit waiting requests FCFS into free slots, reusing
-the longest cached prefix; then build one batch: one token for every generating request, then
-prompt chunks in admission order up to the token budget (chunked prefill). KV cells are counted
-exactly (see `slots.py`); when they run short, idle caches go first (LRU), then the youngest
-running request is preempted and later recomputed (`residency.py`: the bookkeeping, leaving a
-slot, KV pressure).
+A step, in order: apply aborts and deadlines; copy in prefixes that requests awaited from another
+request's prefill (`sharing.py`); admit waiting requests FCFS into free slots, reusing the longest
+cached prefix or awaiting one being computed; then build one batch: one token for every generating
+request, then prompt chunks in admission order up to the token budget (chunked prefill). KV cells
+are counted exactly (see `slots.py`); when they run short, idle caches go first (LRU), then the
+youngest running request is preempted and later recomputed (`residency.py`: the bookkeeping,
+leaving a slot, KV pressure).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from collections.abc import Callable
 from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
 from outpost.scheduler.config import SchedulerConfig
 from outpost.scheduler.output import BatchChunk, RunnerOutput, SampledToken, SamplerSetup, SchedulerOutput
+from outpost.scheduler.pool import PrefixPlan
 from outpost.scheduler.request import RequestState, check_admissible
 from outpost.scheduler.residency import Residency
+from outpost.scheduler.sharing import next_move, source_to_await
 
 # With a KV stream per slot, a gap between busy slots that lasts this many steps with nothing
 # waiting is closed by moving the highest request down (one copy of its stream), if it may still
@@ -74,6 +77,9 @@ class Scheduler(Residency):
             self._apply_aborts(now)
         if self._n_deadlines:
             self._expire(now)
+        if self._n_awaiting:
+            # Before admission: a newcomer must not take (and clear) a finished source's cache first.
+            self._settle_waits()
         if self._waiting:
             self._admit(now)
         if self._pool.compact and self._running:
@@ -154,10 +160,14 @@ class Scheduler(Residency):
         while self._waiting and self._pool.has_free():
             state = self._waiting[0]
             plan = self._pool.plan(state.tokens)
+            wait = source_to_await(self._pool, plan, state.tokens, self._running)
+            if wait is not None:  # its prefix arrives by copy once computed; dst holds nothing till then
+                plan = PrefixPlan(plan.dst, 0)
             # Applied first: dropping dst's stale tail frees cells the room check can then count.
-            # If the request must wait, dst simply keeps the prefix it will most likely get again.
+            # If the request must wait for room, dst keeps the prefix it will most likely get again.
             self._ops += self._pool.apply(plan)
-            if not self._make_room(len(state.tokens) - plan.reuse, (plan.dst, plan.src)):
+            reuse = plan.reuse if wait is None else wait[1]  # the source reserves the awaited cells
+            if not self._make_room(len(state.tokens) - reuse, (plan.dst, plan.src)):
                 return
             self._waiting.popleft()
             self._pool.acquire(plan.dst)
@@ -165,6 +175,9 @@ class Scheduler(Residency):
             self._running.append(state)
             state.slot, state.prefilled = plan.dst, False
             state.timings.cache_n = plan.reuse  # after a preemption: what the recompute reused
+            if wait is not None:
+                state.awaiting = wait
+                self._n_awaiting += 1
             if state.admitted_at is None:
                 state.admitted_at = now
             seq = plan.dst.seq_id
@@ -174,6 +187,21 @@ class Scheduler(Residency):
             )
             if self.config.shared_kv:
                 self._ops += self._pool.trim_idle(self.config.idle_cache_cells, (plan.dst, plan.src))
+
+    def _settle_waits(self) -> None:
+        """Awaited prefixes now in the source's KV are copied in; a waiter whose source left decides
+        again (sharing.py). In admission order: a waiter that now computes may source the next."""
+        for state in self._running:
+            if state.awaiting is None or state.slot is None:
+                continue
+            move = next_move(self._pool, state.tokens, state.awaiting, state.slot, self._running)
+            if not isinstance(move, PrefixPlan):
+                state.awaiting = move
+                continue
+            self._ops += self._pool.apply(move)
+            state.timings.cache_n = move.reuse
+            state.awaiting = None
+            self._n_awaiting -= 1
 
     def _compact(self) -> None:
         """Closes a gap between runs of busy slots that has outlived a few steps.
@@ -210,6 +238,8 @@ class Scheduler(Residency):
         """Decode tokens first, then prompt chunks; preempts the youngest if nothing fits."""
         while True:
             self._fit_decodes()
+            if self._n_awaiting:  # a source preempted just now: its waiters decide again
+                self._settle_waits()
             chunks = [
                 BatchChunk(s.slot.seq_id, [s.tokens[-1]], len(s.tokens) - 1, True)
                 for s in self._running
@@ -234,7 +264,7 @@ class Scheduler(Residency):
         for state in self._running:
             if budget <= 0:
                 break
-            if state.prefilled or state.slot is None:
+            if state.prefilled or state.slot is None or state.awaiting is not None:
                 continue
             n = min(state.n_uncomputed, budget)
             while n > free and (ops := self._pool.evict_lru()) is not None:
