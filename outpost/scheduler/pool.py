@@ -83,11 +83,7 @@ class SlotPool:
         get logits.
         """
         free = [s for s in self.slots if not s.busy]
-        limit = len(tokens) - 1
-        best = {
-            s.seq_id: common_prefix_len(s.cached, tokens, limit) if self.prefix_cache else 0
-            for s in self.slots
-        }
+        best = self._prefix_lens(tokens)
         if self.compact:
             busy = {s.seq_id for s in self.slots if s.busy}
             dst = min(
@@ -103,6 +99,22 @@ class SlotPool:
             dst = min(free, key=lambda s: (-best[s.seq_id], s.last_used))
         else:
             dst = min(free, key=_lru_key)
+        return self._plan_into(dst, best)
+
+    def plan_for(self, dst: Slot, tokens: list[int]) -> PrefixPlan:
+        """The prefix `tokens` can reuse in `dst`, a slot its request already holds (as `plan`)."""
+        return self._plan_into(dst, self._prefix_lens(tokens))
+
+    def _prefix_lens(self, tokens: list[int]) -> dict[int, int]:
+        """Per seq id, the prefix of `tokens` its KV holds (at most len(tokens) - 1: see `plan`)."""
+        limit = len(tokens) - 1
+        return {
+            s.seq_id: common_prefix_len(s.cached, tokens, limit) if self.prefix_cache else 0
+            for s in self.slots
+        }
+
+    def _plan_into(self, dst: Slot, best: dict[int, int]) -> PrefixPlan:
+        """dst's own prefix, or a longer one of at least `copy_min` tokens copied from another slot."""
         if not self.prefix_cache:
             return PrefixPlan(dst, 0)
         own = best[dst.seq_id]

@@ -37,8 +37,11 @@ class RequestState:
     slot: Slot | None = None
     prefilled: bool = False  # `tokens` as of admission are all in KV; now one token per step
     n_generated: int = 0  # sampled tokens, the EOG token included
+    # (source, n): running, but no prompt chunks until the source request, still prefilling,
+    # holds the first n tokens of our prompt in KV; they are then copied in (see sharing.py).
+    awaiting: tuple[RequestState, int] | None = field(default=None, repr=False)
     # prompt_n counts every prefill token evaluated (recomputes after preemption included);
-    # cache_n is the prefix reused at the latest admission.
+    # cache_n is the prefix reused at the latest admission (or copied in after awaiting it).
     timings: Timings = field(default_factory=Timings)
     admitted_at: float | None = None  # first admission
     scheduled_at: float | None = None  # first step with one of its chunks
@@ -65,7 +68,11 @@ class RequestState:
 
     @property
     def n_uncomputed(self) -> int:
-        """Tokens still to evaluate before it can sample (prefill), or 1 while generating."""
+        """Tokens still to evaluate before it can sample (prefill), or 1 while generating.
+
+        An awaited prefix does not count: its source evaluates it (and reserves its cells)."""
+        if self.awaiting is not None:
+            return len(self.tokens) - max(self.n_cached, self.awaiting[1])
         return len(self.tokens) - self.n_cached
 
     def penalty_history(self) -> tuple[int, ...]:

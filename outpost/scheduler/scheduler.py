@@ -5,32 +5,26 @@ the `SchedulerOutput` to a runner, and passes the `RunnerOutput` to `update_from
 returns the step's `TokenEvent`s. Decisions taken inside `schedule()` (aborts, deadlines) come back
 as events from the `update_from_output()` that follows it.
 
-A step, in order: apply aborts and deadlines; admit waiting requests FCFS into free slots, reusing
-the longest cached prefix; then build one batch: one token for every generating request, then
-prompt chunks in admission order up to the token budget (chunked prefill). KV cells are counted
-exactly (see `slots.py`); when they run short, idle caches go first (LRU), then the youngest
-running request is preempted and later recomputed.
+A step, in order: apply aborts and deadlines; copy in prefixes that requests awaited from another
+request's prefill (`sharing.py`); admit waiting requests FCFS into free slots, reusing the longest
+cached prefix or awaiting one being computed; then build one batch: one token for every generating
+request, then prompt chunks in admission order up to the token budget (chunked prefill). KV cells
+are counted exactly (see `slots.py`); when they run short, idle caches go first (LRU), then the
+youngest running request is preempted and later recomputed (`residency.py`: the bookkeeping,
+leaving a slot, KV pressure).
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 
 from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
 from outpost.scheduler.config import SchedulerConfig
-from outpost.scheduler.output import (
-    BatchChunk,
-    MemoryOp,
-    RunnerOutput,
-    SampledToken,
-    SamplerSetup,
-    SchedulerOutput,
-    SeqRemove,
-)
-from outpost.scheduler.pool import SlotPool
+from outpost.scheduler.output import BatchChunk, RunnerOutput, SampledToken, SamplerSetup, SchedulerOutput
+from outpost.scheduler.pool import PrefixPlan
 from outpost.scheduler.request import RequestState, check_admissible
-from outpost.scheduler.slots import Slot
+from outpost.scheduler.residency import Residency
+from outpost.scheduler.sharing import next_move, source_to_await
 
 # With a KV stream per slot, a gap between busy slots that lasts this many steps with nothing
 # waiting is closed by moving the highest request down (one copy of its stream), if it may still
@@ -39,30 +33,15 @@ COMPACT_AFTER_STEPS = 4
 COMPACT_MIN_TOKENS_LEFT = 16
 
 
-class Scheduler:
+class Scheduler(Residency):
     """Owns the waiting queue, the slots and every live request. Not thread-safe: one caller."""
 
     def __init__(self, config: SchedulerConfig, token_piece: Callable[[int], bytes] | None = None) -> None:
         """token_piece: a token's bytes as the runner renders them (primes resumed requests' text)."""
-        self.config = config
+        super().__init__(config)
         self._token_piece = token_piece
-        self._pool = SlotPool(
-            config.n_slots, config.prefix_cache, compact=not config.shared_kv, copy_min=config.copy_min_tokens
-        )
-        self._owner: list[RequestState | None] = [None] * config.n_slots  # by seq id
-        self._waiting: deque[RequestState] = deque()
-        self._running: list[RequestState] = []  # admission order; the last is the youngest
-        self._live: dict[str, RequestState] = {}  # waiting or running, by request id
         self._aborts: set[str] = set()
         self._events: list[TokenEvent] = []  # decided in schedule(), returned by the next update
-        # What the next SchedulerOutput carries besides chunks; filled by schedule() and update.
-        self._ops: list[MemoryOp] = []
-        self._setups: dict[int, SamplerSetup] = {}
-        self._drops: list[str] = []  # ended requests whose sampler chains the runner may free
-        # Cells we plan with: n_ctx, lowered when llama.cpp reports no room (its cache is smaller
-        # or fragmented) so the same batch is not retried forever; reset when nothing runs.
-        self._kv_limit = config.n_ctx
-        self._n_deadlines = 0  # live requests with a deadline: no deadline, no scan
         self._gap_steps = 0  # steps a gap between busy slots has lasted (KV stream per slot)
         self.slot_moves = 0  # requests moved down into a gap (stats)
 
@@ -98,6 +77,9 @@ class Scheduler:
             self._apply_aborts(now)
         if self._n_deadlines:
             self._expire(now)
+        if self._n_awaiting:
+            # Before admission: a newcomer must not take (and clear) a finished source's cache first.
+            self._settle_waits()
         if self._waiting:
             self._admit(now)
         if self._pool.compact and self._running:
@@ -182,10 +164,14 @@ class Scheduler:
         while self._waiting and self._pool.has_free():
             state = self._waiting[0]
             plan = self._pool.plan(state.tokens)
+            wait = source_to_await(self._pool, plan, state.tokens, self._running)
+            if wait is not None:  # its prefix arrives by copy once computed; dst holds nothing till then
+                plan = PrefixPlan(plan.dst, 0)
             # Applied first: dropping dst's stale tail frees cells the room check can then count.
-            # If the request must wait, dst simply keeps the prefix it will most likely get again.
+            # If the request must wait for room, dst keeps the prefix it will most likely get again.
             self._ops += self._pool.apply(plan)
-            if not self._make_room(len(state.tokens) - plan.reuse, (plan.dst, plan.src)):
+            reuse = plan.reuse if wait is None else wait[1]  # the source reserves the awaited cells
+            if not self._make_room(len(state.tokens) - reuse, (plan.dst, plan.src)):
                 return
             self._waiting.popleft()
             self._pool.acquire(plan.dst)
@@ -193,6 +179,9 @@ class Scheduler:
             self._running.append(state)
             state.slot, state.prefilled = plan.dst, False
             state.timings.cache_n = plan.reuse  # after a preemption: what the recompute reused
+            if wait is not None:
+                state.awaiting = wait
+                self._n_awaiting += 1
             if state.admitted_at is None:
                 state.admitted_at = now
             seq = plan.dst.seq_id
@@ -202,6 +191,21 @@ class Scheduler:
             )
             if self.config.shared_kv:
                 self._ops += self._pool.trim_idle(self.config.idle_cache_cells, (plan.dst, plan.src))
+
+    def _settle_waits(self) -> None:
+        """Awaited prefixes now in the source's KV are copied in; a waiter whose source left decides
+        again (sharing.py). In admission order: a waiter that now computes may source the next."""
+        for state in self._running:
+            if state.awaiting is None or state.slot is None:
+                continue
+            move = next_move(self._pool, state.tokens, state.awaiting, state.slot, self._running)
+            if not isinstance(move, PrefixPlan):
+                state.awaiting = move
+                continue
+            self._ops += self._pool.apply(move)
+            state.timings.cache_n = move.reuse
+            state.awaiting = None
+            self._n_awaiting -= 1
 
     def _compact(self) -> None:
         """Closes a gap between runs of busy slots that has outlived a few steps.
@@ -234,27 +238,12 @@ class Scheduler:
             dst.seq_id, state.request_id, state.req.sampling, state.penalty_history()
         )
 
-    def _make_room(self, need: int, keep: tuple[Slot | None, ...]) -> bool:
-        """Evicts idle caches until `need` more cells fit beside what running prefills still need.
-
-        False if they cannot while others run (the request waits for them); a request alone
-        always goes ahead, since one request never needs more than n_ctx_seq <= n_ctx cells.
-        """
-        reserved = sum(s.n_uncomputed for s in self._running if not s.prefilled)
-        while self._free_cells() - reserved < need:
-            ops = self._pool.evict_lru(keep)
-            if ops is None:
-                return not self._running
-            self._ops += ops
-        return True
-
-    def _free_cells(self) -> int:
-        return self._kv_limit - self._pool.cells_used()
-
     def _build_batch(self) -> list[BatchChunk]:
         """Decode tokens first, then prompt chunks; preempts the youngest if nothing fits."""
         while True:
             self._fit_decodes()
+            if self._n_awaiting:  # a source preempted just now: its waiters decide again
+                self._settle_waits()
             chunks = [
                 BatchChunk(s.slot.seq_id, [s.tokens[-1]], len(s.tokens) - 1, True)
                 for s in self._running
@@ -271,22 +260,6 @@ class Scheduler:
         cap = self.config.prefill_budget
         return min(budget, cap) if decoding and cap is not None else budget
 
-    def _fit_decodes(self) -> None:
-        """Makes a cell for every generating request: idle caches go first, then the youngest."""
-        while self._running:
-            if len(self._running) == 1:  # alone it fits n_ctx, whatever we learned with others
-                self._kv_limit = self.config.n_ctx
-            need = sum(1 for s in self._running if s.prefilled)
-            if need <= self._free_cells():
-                return
-            ops = self._pool.evict_lru()
-            if ops is not None:
-                self._ops += ops
-            elif len(self._running) > 1:
-                self._preempt(self._running[-1])
-            else:
-                return  # cannot happen (one request never exceeds n_ctx); let llama.cpp judge
-
     def _prefill_chunks(self, budget: int, decoding: int) -> list[BatchChunk]:
         """Prompt chunks in admission order, within the token budget and the free cells."""
         chunks: list[BatchChunk] = []
@@ -295,7 +268,7 @@ class Scheduler:
         for state in self._running:
             if budget <= 0:
                 break
-            if state.prefilled or state.slot is None:
+            if state.prefilled or state.slot is None or state.awaiting is not None:
                 continue
             n = min(state.n_uncomputed, budget)
             while n > free and (ops := self._pool.evict_lru()) is not None:
@@ -355,27 +328,6 @@ class Scheduler:
             event.logprobs = [token.logprob]
         return event
 
-    def _on_no_kv_slot(self, out: SchedulerOutput, now: float, events: list[TokenEvent]) -> None:
-        """llama.cpp found no room for the batch and decoded nothing: make room, retry next step."""
-        # The batch fitted our limit but not the real cache: plan with less from now on.
-        self._kv_limit = max(1, min(self._kv_limit, self._pool.cells_used() + out.num_tokens - 1))
-        for chunk in out.chunks:
-            # Nothing was decoded; dropping anything past what we know guards against a partial write.
-            self._ops.append(SeqRemove(chunk.seq_id, len(self._pool.slots[chunk.seq_id].cached), -1))
-        evicted = False
-        while (ops := self._pool.evict_lru()) is not None:
-            self._ops += ops
-            evicted = True
-        if evicted or not self._running:
-            return
-        if len(self._running) > 1:
-            self._preempt(self._running[-1])
-            return
-        # Alone and still no room: the real cache is smaller than n_ctx says. Retrying would loop.
-        error = f"no KV cells for this request even alone: is n_ctx={self.config.n_ctx} right?"
-        state = self._running[0]
-        events.append(self._finish(state, FinishReason.ERROR, now, error=error, flush=True, clear_kv=True))
-
     def _on_failure(
         self, out: SchedulerOutput, result: RunnerOutput, now: float, events: list[TokenEvent]
     ) -> None:
@@ -391,54 +343,3 @@ class Scheduler:
             # The runner may have failed before building this chain: ask for it again.
             if self._owner[setup.seq_id] is not None:
                 self._setups[setup.seq_id] = setup
-
-    # ---- leaving a slot ----------------------------------------------------------------------
-
-    def _finish(
-        self,
-        state: RequestState,
-        reason: FinishReason,
-        now: float,
-        token_ids: list[int] | None = None,
-        text: str = "",
-        *,
-        error: str | None = None,
-        flush: bool = False,
-        clear_kv: bool = False,
-    ) -> TokenEvent:
-        """Ends a request wherever it is; its KV stays as prefix cache unless `clear_kv`."""
-        if flush:
-            text += state.text.finish()
-        if state.slot is not None:
-            if clear_kv:
-                self._ops += self._pool.clear(state.slot)
-            self._release(state)
-            self._running.remove(state)
-        else:
-            self._waiting.remove(state)
-        del self._live[state.request_id]
-        self._drops.append(state.request_id)
-        if state.req.deadline is not None:
-            self._n_deadlines -= 1
-        return state.final_event(reason, now, token_ids or [], text, error)
-
-    def _preempt(self, state: RequestState) -> None:
-        """Frees the request's slot and KV; it goes back to the front of the queue to recompute.
-
-        Its sampler chain stays with the runner (no drop): the recompute ends by sampling its next
-        token with the chain that has seen every token before it."""
-        if state.slot is not None:
-            self._ops += self._pool.clear(state.slot)
-            self._release(state)
-        self._running.remove(state)
-        state.prefilled = False
-        self._waiting.appendleft(state)
-
-    def _release(self, state: RequestState) -> None:
-        slot = state.slot
-        if slot is None:
-            return
-        self._pool.release(slot)
-        self._owner[slot.seq_id] = None
-        self._setups.pop(slot.seq_id, None)  # a chain asked for in this same step is not needed
-        state.slot = None
