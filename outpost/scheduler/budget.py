@@ -11,19 +11,20 @@ one-stream decode steps, p = (STEP_MULTIPLE - 1) * a / b, within [floor, n_batch
 
 Why 3. With D the streams' own decode step (one stream: D = a), the streams' ITL grows
 (D + (M - 1) a) / D times and a long prompt's TTFT to 1 + D / ((M - 1) a) times its time alone.
-Measured on one core of this project's VM (135M q4_0: a = 12.6 ms, b = 1.6-2.3 ms per prompt
-token, D = 62 ms for 7 streams at depth 150): M = 2 slows one stream and the prompt 2x each but
-7 streams' prompts 5.9x; M = 3 gives one stream 3x (prompt 1.5x) and 7 streams 1.4x (prompt
-3.5x); M = 5 gives 7 streams 1.8x (2.2x) but one stream 5x. The worst slowdown on either side,
-over 1 to 7 streams, is least at M = 1 + sqrt(D / a) = 3.2.
+Measured on one core of this project's VM (135M q4_0: a = 12.6-13.5 ms, b = 1.6 ms per prompt
+token at the start of a prompt, D = 62-64 ms for 7 streams at depth 150; benchmarks/
+prefill_replay.py): M = 2 slows one stream and the prompt 2x each but 7 streams' prompts 5.9x;
+M = 3 gives one stream 3x (prompt 1.5x) and 7 streams 1.4x (prompt 3.5x); M = 5 gives 7 streams
+1.8x (2.2x) but one stream 5x. The worst slowdown on either side, over 1 to 7 streams, is least
+at M = 1 + sqrt(D / a) = 3.2.
 
 Why the floor. llama.cpp's CPU flash attention (on by default) runs a tiled kernel only for
-micro-batches of 64 tokens or more; smaller ones attend one query row at a time. Early in a prompt
-that costs little, but 1,000 tokens in (7 streams at depth 150, one core) a step with 16 prompt
-tokens took 422 ms and one with 64 took 388 ms; replaying a 2,000-token prompt beside 7 streams,
-budgets of 15 and 32 gave ITL p99 2.0 and 1.5 s and TTFT 90 and 51 s, 64 gave 0.75 s and 15 s
-(no cap: 2.7 s and 10 s). So with flash attention the budget is never below 64 tokens (on such a
-core the rule's 15 gives way to it); without it, never below MIN_BUDGET.
+micro-batches of 64 tokens or more (GGML_FA_TILE_Q); smaller ones attend one query row at a time,
+which costs little early in a prompt but several times more per token deep into one. Replaying a
+2,000-token prompt beside 7 streams on that core (two runs; the machine was shared), budgets of 15
+and 32 gave ITL p99 1.0-2.6x that of 64 and TTFT 3.3-6x longer (64: 0.75-1.2 s and 15-24 s; no
+cap: 2.7-5.3 s and 10-17 s). So with flash attention the budget is never below 64 tokens (on such
+a core the rule's 15 gives way to it); without it, never below MIN_BUDGET.
 """
 
 from __future__ import annotations
