@@ -5,7 +5,7 @@ On the engine thread, after warmup and before any request: prompt chunks of CHUN
 each after a one-token decode step, ROUNDS times over, each step in sequence 0 from position 0
 with the KV cache cleared after it; the fastest try of each size counts, since another process
 taking the core makes a try slower, never faster. Cost: ROUNDS x (two decode steps + 80 prompt
-tokens), about 0.4 s for a 135M q4_0 model on one core, a few ms for the tiny test model.
+tokens), 0.4-0.5 s with the warmup for a 135M q4_0 model on one core, ~20 ms for the tiny model.
 """
 
 from __future__ import annotations
