@@ -23,6 +23,7 @@ from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, a
 from outpost.models.convert.cli_args import add_convert_parser
 from outpost.models.store import resolve_model_arg, sagemaker_model
 from outpost.run import PRESETS, UsageError
+from outpost.scheduler.budget import parse_prefill_budget
 from outpost.sizing import int_or_auto
 
 _log = logging.getLogger("outpost")
@@ -104,9 +105,11 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("-ub", "--ubatch-size", type=int, help="physical micro-batch (default 512)")
     p.add_argument(
         "--prefill-budget",
-        type=int,
+        type=parse_prefill_budget,
         help="prompt tokens per step while other requests generate, so their tokens keep coming "
-        "while long prompts are read (default: -b)",
+        "while long prompts are read: auto (default: from step times measured at start, a step with "
+        "a prompt chunk costs at most 3 one-stream decode steps; 64 at least with flash attention), "
+        "a number, or off/0 (whole -b steps)",
     )
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8080, SageMaker's)")

@@ -60,12 +60,16 @@ class LocalBackend:
             queue_depth=scheduler.queue_depth,
             kv_cells_used=scheduler.kv_cells_used,
             kv_cells_total=self.engine.scheduler_config.n_ctx,
+            extra={"prefill_budget": self.engine.prefill_budget.tokens},
         )
 
     def describe(self) -> dict[str, Any]:
         model = self.engine.model
         kv = "one KV pool" if model.kv_unified else "a KV stream per slot"
-        serving = f"{self.n_ctx_seq} positions per request, {model.config.weight_layout} weights, {kv}"
+        serving = (
+            f"{self.n_ctx_seq} positions per request, {model.config.weight_layout} weights, {kv}, "
+            f"{self.engine.prefill_budget.describe()}"
+        )
         return {**model.describe(), "serving": serving}
 
     async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:

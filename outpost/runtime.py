@@ -6,6 +6,8 @@ This is the one place that knows how the layers plug together; the CLI and the s
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +17,9 @@ from outpost.engine.config import EngineConfig
 from outpost.engine.model import LoadedModel
 from outpost.engine.runner import ModelRunner
 from outpost.scheduler import Scheduler, SchedulerConfig
+from outpost.scheduler.budget import Asked, PrefillBudget, budget_floor, resolve_prefill_budget
+
+_log = logging.getLogger(__name__)
 
 
 def stream_copy_min_tokens(cells_per_stream: int) -> int:
@@ -28,7 +33,11 @@ def stream_copy_min_tokens(cells_per_stream: int) -> int:
 
 
 class Engine:
-    """A loaded model served by its own engine thread. `close()` stops the thread, then frees."""
+    """A loaded model served by its own engine thread. `close()` stops the thread, then frees.
+
+    prefill_budget: prompt tokens per step while other requests generate: `auto` (chosen from
+    step times measured here at start, outpost/scheduler/budget.py), a number, or `off`/None.
+    """
 
     def __init__(
         self,
@@ -36,7 +45,7 @@ class Engine:
         max_queue: int = 64,
         prefix_cache: bool = True,
         idle_cache_cells: int = 0,
-        prefill_budget: int | None = None,
+        prefill_budget: Asked | None = "auto",
     ) -> None:
         def build() -> tuple[Scheduler, ModelRunner]:
             self.model = LoadedModel(config)
@@ -44,6 +53,7 @@ class Engine:
                 self.runner = ModelRunner(self.model)
                 model = self.model
                 self.n_ctx_seq = min(model.n_ctx_train or model.n_ctx_seq, model.n_ctx_seq)
+                self.prefill_budget = _prefill_budget(prefill_budget, self.runner, config.n_seq_max)
                 self.scheduler_config = SchedulerConfig(
                     n_slots=config.n_seq_max,
                     # Per-slot streams: each slot's own cells bound it, the pool is their sum.
@@ -52,7 +62,7 @@ class Engine:
                     shared_kv=model.kv_unified,
                     max_queue=max_queue,
                     step_token_budget=model.n_batch,
-                    prefill_budget=prefill_budget,
+                    prefill_budget=self.prefill_budget.tokens,
                     prefix_cache=prefix_cache,
                     idle_cache_cells=idle_cache_cells,
                     copy_min_tokens=1 if model.kv_unified else stream_copy_min_tokens(model.n_ctx_seq),
@@ -92,3 +102,14 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _prefill_budget(asked: Asked | None, runner: ModelRunner, n_slots: int) -> PrefillBudget:
+    """The budget for `asked`, measured on this (the engine) thread where `auto` needs it."""
+    config = runner.model.config
+    floor = budget_floor(config.effective_n_ubatch, config.flash_attn != "off")  # CPUs: auto is on
+    started = time.perf_counter()
+    budget = resolve_prefill_budget(asked, n_slots, runner.model.n_batch, floor, runner.measure_step_times)
+    took_ms = (time.perf_counter() - started) * 1e3
+    _log.info("%s; chosen in %.0f ms", budget.describe(), took_ms)
+    return budget

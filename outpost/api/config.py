@@ -45,8 +45,10 @@ class ServerConfig(BaseModel):
     n_gpu_layers: int = Field(0, ge=-1, description="layers offloaded to GPU (-ngl); -1 = all")
     split_mode: Literal["none", "layer", "row"] = "layer"
     batch_size: int = Field(512, ge=1, description="tokens per decode step (-b)")
-    prefill_budget: int | None = Field(
-        None, ge=1, description="prompt tokens per step while others generate; None: batch_size"
+    prefill_budget: Annotated[int, Field(ge=1)] | Literal["auto", "off"] = Field(
+        "auto",
+        description="prompt tokens per step while others generate; auto: chosen from step times "
+        "measured at start (outpost/scheduler/budget.py); off: batch_size",
     )
     ubatch_size: int = Field(512, ge=1, description="physical micro-batch (-ub)")
     flash_attn: Literal["auto", "on", "off"] = Field("auto", description="flash attention (-fa)")

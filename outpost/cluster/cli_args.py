@@ -7,6 +7,7 @@ import asyncio
 import os
 from typing import Any
 
+from outpost.scheduler.budget import parse_prefill_budget
 from outpost.sizing import int_or_auto
 
 _BROKER_HELP = "RabbitMQ URL without the password, e.g. amqp://outpost@10.0.1.5/ (amqps:// for TLS)"
@@ -35,6 +36,11 @@ def add_worker_parser(sub: Any, handler: Any) -> None:
     p.add_argument("-kvu", "--kv-unified", choices=["auto", "on", "off"])
     p.add_argument("--no-prefix-cache", action="store_false", dest="prefix_cache", default=None)
     p.add_argument("--cache-idle-cells", type=int)
+    p.add_argument(
+        "--prefill-budget",
+        type=parse_prefill_budget,
+        help="prompt tokens per step while others generate: auto (default), a number, or off/0",
+    )
     p.add_argument("--chat-template", help="jinja chat template file overriding the model's")
     p.add_argument("--worker-id", help="id in heartbeats (default: host-pid-random, unique per process)")
     p.add_argument("--otlp-endpoint", help="export queue wait / prefill / decode spans to this OTLP/HTTP URL")
@@ -43,7 +49,7 @@ def add_worker_parser(sub: Any, handler: Any) -> None:
 
 _WORKER_OPTIONS = (
     "model_id parallel ctx_size threads n_gpu_layers batch_size ubatch_size flash_attn repack kv_unified "
-    "prefix_cache cache_idle_cells"
+    "prefix_cache cache_idle_cells prefill_budget"
 ).split()
 
 
@@ -68,6 +74,7 @@ def run_worker(args: argparse.Namespace, model_path: str) -> int:
         max_queue=config.parallel,
         prefix_cache=config.prefix_cache,
         idle_cache_cells=config.cache_idle_cells,
+        prefill_budget=config.prefill_budget,
     )
     worker_engine = RuntimeEngine(engine)
     try:

@@ -12,7 +12,9 @@ from outpost.engine.batch import TokenBatch
 from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
 from outpost.engine.sampling import SamplerChain
+from outpost.engine.step_timing import measure_step_times
 from outpost.messages import TokenLogprob
+from outpost.scheduler.budget import StepTimes
 from outpost.scheduler.output import (
     BatchChunk,
     RunnerOutput,
@@ -34,13 +36,24 @@ class ModelRunner:
         self.chains: dict[str, SamplerChain] = {}
         self.samplers: dict[int, SamplerChain] = {}  # seq_id -> the chain it samples with
         self._n_probs: dict[int, int] = {}  # seq_id -> top logprobs wanted (absent: none)
+        self._warm = False
 
     def warmup(self) -> None:
         """One throwaway decode, as llama.cpp's tools do: the first real request should not pay
-        for graph allocation and first-touch of the weights."""
+        for graph allocation and first-touch of the weights. Once: the engine loop calls it again
+        after `measure_step_times` has already warmed up."""
+        if self._warm:
+            return
         self.batch.fill([BatchChunk(0, [max(self.model.vocab.bos, 0)], 0, True)])
         llama.llama_decode(self.model.ctx, self.batch.struct)
         llama.llama_memory_clear(self.model.memory, True)
+        self._warm = True
+
+    def measure_step_times(self) -> StepTimes:
+        """A decode step's and prompt chunks' times, for `--prefill-budget auto` (warm first: a
+        cold step times graph allocation and page faults, not the model)."""
+        self.warmup()
+        return measure_step_times(self.model, self.batch)
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
         self._apply_memory_ops(out)

@@ -23,7 +23,8 @@ class SchedulerConfig:
         step_token_budget). Why: on a CPU a step lasts as long as its tokens take, so a 512-token
         prompt chunk holds every generating stream's next token for the whole chunk; a smaller
         budget keeps their inter-token latency flat while long prompts arrive (vLLM's
-        max_num_batched_tokens). With nothing generating, prompts get the whole step.
+        max_num_batched_tokens). With nothing generating, prompts get the whole step. The engine
+        chooses it from step times it measures at start (`budget.py`; serve's default `auto`).
     prefix_cache: reuse KV of earlier requests (same slot, or copied from another slot).
     idle_cache_cells: KV cells that finished requests' caches may keep once a new request is
         admitted; beyond it the least recently used idle caches are dropped. Why not keep them all:
