@@ -134,7 +134,8 @@ class Worker:
             await self._publish_heartbeat()
             for task in background:
                 task.cancel()
-            await self._delete_lane()
+            # The lane is left to its x-expires: deleting it could lose a request a gateway routed
+            # here before it saw the draining heartbeat (quorum queues refuse delete-if-empty).
         finally:
             await conn.close()
 
@@ -171,11 +172,6 @@ class Worker:
         self._intake = intake
         await intake.start()
         return intake
-
-    async def _delete_lane(self) -> None:
-        """Drained: the lane goes if empty (requests still in it expire into the shared queue)."""
-        with contextlib.suppress(AMQPError, RuntimeError, asyncio.TimeoutError):
-            await self._pub.queue_delete(self.lane, if_empty=True, timeout=5)
 
     async def _heartbeats(self) -> None:
         while True:

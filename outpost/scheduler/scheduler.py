@@ -30,6 +30,9 @@ from outpost.scheduler.sharing import next_move, source_to_await
 # waiting is closed by moving the highest request down (one copy of its stream), if it may still
 # generate this many tokens: each step above the gap costs a pass over the weights.
 COMPACT_AFTER_STEPS = 4
+# While others generate, a prompt within this many prefill budgets is evaluated whole (see
+# _prefill_chunks); longer ones go a budget per step.
+SHORT_PROMPT_CHUNKS = 4
 COMPACT_MIN_TOKENS_LEFT = 16
 
 
@@ -249,7 +252,9 @@ class Scheduler(Residency):
                 for s in self._running
                 if s.prefilled and s.slot is not None
             ]
-            chunks += self._prefill_chunks(self._prefill_budget(len(chunks)), len(chunks))
+            chunks += self._prefill_chunks(
+                self._prefill_budget(len(chunks)), len(chunks), self.config.step_token_budget - len(chunks)
+            )
             if chunks or not self._running:
                 return chunks
             self._preempt(self._running[-1])
@@ -260,17 +265,24 @@ class Scheduler(Residency):
         cap = self.config.prefill_budget
         return min(budget, cap) if decoding and cap is not None else budget
 
-    def _prefill_chunks(self, budget: int, decoding: int) -> list[BatchChunk]:
-        """Prompt chunks in admission order, within the token budget and the free cells."""
+    def _prefill_chunks(self, budget: int, decoding: int, room: int) -> list[BatchChunk]:
+        """Prompt chunks in admission order, within the token budget and the free cells.
+
+        A short prompt (at most SHORT_PROMPT_CHUNKS budgets long) goes whole while the step has room,
+        even past a capped budget: the cap is for long prompts, and cutting a chat turn in chunks
+        would delay its first token by whole steps to spare the streams little."""
         chunks: list[BatchChunk] = []
         used = decoding  # new cells this step's chunks will take
         free = self._free_cells() - used
+        cap = self.config.prefill_budget if budget < room else None
         for state in self._running:
             if budget <= 0:
                 break
             if state.prefilled or state.slot is None or state.awaiting is not None:
                 continue
             n = min(state.n_uncomputed, budget)
+            if cap is not None and len(state.tokens) <= SHORT_PROMPT_CHUNKS * cap:
+                n = min(state.n_uncomputed, room)
             while n > free and (ops := self._pool.evict_lru()) is not None:
                 self._ops += ops
                 free = self._free_cells() - used
@@ -283,6 +295,7 @@ class Scheduler(Residency):
                 BatchChunk(state.slot.seq_id, state.tokens[start:end], start, end == len(state.tokens))
             )
             budget -= n
+            room -= n
             used += n
             free -= n
         return chunks

@@ -8,6 +8,7 @@ from sched_harness import Harness, greedy
 
 from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected
 from outpost.scheduler import Scheduler, SchedulerConfig
+from outpost.scheduler.scheduler import SHORT_PROMPT_CHUNKS
 from outpost.scheduler.output import SamplerSetup, SeqCopy, SeqRemove
 from outpost.scheduler.slots import common_prefix_len
 
@@ -211,6 +212,24 @@ def test_stats_and_has_work() -> None:
     h.run()
     assert h.sched.slots_busy == 0 and h.sched.queue_depth == 0
     assert text_of(h.runner.kv.tokens(0)[6:]) == text_of(reference_tokens(prompt(6, base=400), 2))
+
+
+def test_a_short_prompt_goes_whole_past_the_prefill_budget() -> None:
+    """A chat turn within SHORT_PROMPT_CHUNKS budgets is read in one step beside the stream; one
+    token longer, it goes a budget per step."""
+    for length, whole in ((SHORT_PROMPT_CHUNKS * 8, True), (SHORT_PROMPT_CHUNKS * 8 + 1, False)):
+        h = Harness(
+            SchedulerConfig(n_slots=2, n_ctx=512, n_ctx_seq=256, step_token_budget=64, prefill_budget=8)
+        )
+        h.add(prompt(4), max_tokens=40)
+        h.step()
+        h.step()  # generating now
+        first_steps = len(h.runner.steps)
+        turn = h.add(prompt(length, base=1000), max_tokens=3)
+        h.run()
+        chunks = [c for out in h.runner.steps[first_steps:] for c in out.chunks if c.seq_id == 1]
+        assert (len(chunks[0].tokens) == length) is whole
+        assert h.token_ids(turn) == reference_tokens(prompt(length, base=1000), 3)
 
 
 def test_prefill_budget_caps_prompt_chunks_only_while_others_generate() -> None:
