@@ -125,9 +125,15 @@ def redact(url: str) -> str:
 
 async def connect(url: str, name: str) -> AbstractRobustConnection:
     """A connection that reconnects by itself; heartbeats every 5 s (the I/O is never blocked)."""
-    return await aio_pika.connect_robust(
-        url, heartbeat=5, client_properties={"connection_name": name}, reconnect_interval=0.5
-    )
+    return await aio_pika.connect_robust(_named(url, name), heartbeat=5, reconnect_interval=0.5)
+
+
+def _named(url: str, name: str) -> str:
+    """`url` with the connection name the broker lists (aio-pika drops client_properties given a URL)."""
+    parts = urllib.parse.urlsplit(url)
+    pairs = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) if k != "name"]
+    query = urllib.parse.urlencode([*pairs, ("name", name)], safe="/", quote_via=urllib.parse.quote)
+    return urllib.parse.urlunsplit(parts._replace(query=query))
 
 
 async def declare_common(channel: AbstractChannel) -> tuple[AbstractExchange, AbstractExchange]:
