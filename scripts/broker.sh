@@ -284,6 +284,11 @@ cmd_start() {
             sleep 0.5
         done
     fi
+    # The config is written at boot only: never print an amqps:// URL the node does not serve.
+    if [ -n "$TLS_PORT" ] && ! grep -qx "listeners.ssl.default = 127.0.0.1:$TLS_PORT" "$RABBITMQ_CONFIG_FILE"; then
+        log "the running broker has no TLS listener on $TLS_PORT: stop it, then start it with TLS"
+        exit 1
+    fi
     # A running broker whose password file exists already has the user (ctl calls are slow).
     if [ "$booted" = 1 ] || [ ! -s "$PASSWORD_FILE" ]; then
         ensure_user
