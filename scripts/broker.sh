@@ -6,6 +6,11 @@
 #   scripts/broker.sh url      # amqp://outpost@127.0.0.1:PORT/
 #   scripts/broker.sh stop
 #
+# TLS (opt-in): with OUTPOST_BROKER_TLS_PORT set, the node also listens for amqps:// there, and
+# `start` prints the amqps:// URL and the CA file clients verify it with. Without certificate
+# paths the script makes a private CA and, signed by it, a server certificate for
+# 127.0.0.1/localhost and a client certificate (for mutual TLS), once, in the state folder.
+#
 # Everything the node writes (config, Mnesia data, logs, Erlang cookie, the `outpost` user's
 # password) lives in one state folder, so several brokers can run side by side (tests do: free
 # ports, a temp folder each). Every command is idempotent.
@@ -18,6 +23,15 @@
 #   OUTPOST_BROKER_MGMT_PORT  management HTTP API port (default 15672; 0 = plugin off)
 #   OUTPOST_BROKER_USER       user created for clients (default outpost)
 #   OUTPOST_BROKER_WAIT       seconds to wait for the boot (default 120)
+#   OUTPOST_BROKER_TLS_PORT   amqps:// port (default unset: no TLS listener)
+#   OUTPOST_BROKER_TLS_CA, OUTPOST_BROKER_TLS_CERT, OUTPOST_BROKER_TLS_KEY
+#                             PEM CA bundle, server certificate and key (default: generated in
+#                             STATE/tls; give all three or none)
+#   OUTPOST_BROKER_TLS_CLIENT_CERTS
+#                             off (default: none asked for), verify (a client's certificate is
+#                             verified when it sends one) or require (mutual TLS)
+#   OUTPOST_BROKER_MGMT_TLS_PORT
+#                             management API over https with TLS on (default 15671; 0 = off)
 set -euo pipefail
 
 STATE=${OUTPOST_BROKER_DIR:-$HOME/.cache/outpost/broker}
@@ -31,6 +45,22 @@ WAIT=${OUTPOST_BROKER_WAIT:-120}
 # real scripts so the node runs as the caller with this script's environment.
 RMQ_BIN=/usr/lib/rabbitmq/bin
 PASSWORD_FILE="$STATE/password"
+TLS_PORT=${OUTPOST_BROKER_TLS_PORT:-}
+[ "$TLS_PORT" = 0 ] && TLS_PORT=""
+TLS_DIR="$STATE/tls"
+TLS_CA=${OUTPOST_BROKER_TLS_CA:-$TLS_DIR/ca.pem}
+TLS_CERT=${OUTPOST_BROKER_TLS_CERT:-$TLS_DIR/server.pem}
+TLS_KEY=${OUTPOST_BROKER_TLS_KEY:-$TLS_DIR/server.key}
+TLS_CLIENT_CERTS=${OUTPOST_BROKER_TLS_CLIENT_CERTS:-off}
+MGMT_TLS_PORT=${OUTPOST_BROKER_MGMT_TLS_PORT:-15671}
+[ -n "$TLS_PORT" ] && [ "$MGMT_PORT" != 0 ] || MGMT_TLS_PORT=0
+case "$TLS_CLIENT_CERTS" in
+off | verify | require) ;;
+*)
+    echo "broker: OUTPOST_BROKER_TLS_CLIENT_CERTS must be off, verify or require" >&2
+    exit 2
+    ;;
+esac
 if [ "$DIST_PORT" -gt 65535 ]; then
     echo "broker: distribution port $DIST_PORT is past 65535: set OUTPOST_BROKER_DIST_PORT" >&2
     exit 2
@@ -86,9 +116,29 @@ write_config() {
         echo "loopback_users.guest = true"
         # Long generations hold their message unacked: well past any request timeout.
         echo "consumer_timeout = 86400000"
+        if [ -n "$TLS_PORT" ]; then
+            echo "listeners.ssl.default = 127.0.0.1:$TLS_PORT"
+            echo "ssl_options.cacertfile = $TLS_CA"
+            echo "ssl_options.certfile = $TLS_CERT"
+            echo "ssl_options.keyfile = $TLS_KEY"
+            if [ "$TLS_CLIENT_CERTS" = off ]; then
+                echo "ssl_options.verify = verify_none"
+                echo "ssl_options.fail_if_no_peer_cert = false"
+            else
+                echo "ssl_options.verify = verify_peer"
+                echo "ssl_options.fail_if_no_peer_cert = $([ "$TLS_CLIENT_CERTS" = require ] && echo true || echo false)"
+            fi
+        fi
         if [ "$MGMT_PORT" != 0 ]; then
             echo "management.tcp.ip = 127.0.0.1"
             echo "management.tcp.port = $MGMT_PORT"
+        fi
+        if [ "$MGMT_TLS_PORT" != 0 ]; then
+            echo "management.ssl.ip = 127.0.0.1"
+            echo "management.ssl.port = $MGMT_TLS_PORT"
+            echo "management.ssl.cacertfile = $TLS_CA"
+            echo "management.ssl.certfile = $TLS_CERT"
+            echo "management.ssl.keyfile = $TLS_KEY"
         fi
     } >"$RABBITMQ_CONFIG_FILE"
     echo "[]." >"$RABBITMQ_ADVANCED_CONFIG_FILE"
@@ -97,6 +147,74 @@ write_config() {
     else
         echo "[]." >"$RABBITMQ_ENABLED_PLUGINS_FILE"
     fi
+}
+
+# The generated CA signs a server certificate valid for the loopback names clients use and a
+# client certificate for mutual TLS; EC keys (fast to make, fine for Erlang's ssl and OpenSSL).
+write_openssl_config() {
+    cat >"$TLS_DIR/openssl.cnf" <<'CONF'
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = outpost
+[ca]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid:always
+[server]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = DNS:localhost, IP:127.0.0.1
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid, issuer
+[client]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid, issuer
+CONF
+}
+
+# sign NAME CN: TLS_DIR/NAME.key and NAME.pem, signed by the generated CA with section [NAME].
+sign() {
+    local name=$1 cn=$2
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$TLS_DIR/$name.key" 2>/dev/null
+    openssl req -new -config "$TLS_DIR/openssl.cnf" -key "$TLS_DIR/$name.key" -subj "/CN=$cn" \
+        -out "$TLS_DIR/$name.csr"
+    openssl x509 -req -in "$TLS_DIR/$name.csr" -CA "$TLS_DIR/ca.pem" -CAkey "$TLS_DIR/ca.key" \
+        -set_serial "0x$(openssl rand -hex 16)" -days 825 -extfile "$TLS_DIR/openssl.cnf" \
+        -extensions "$name" -out "$TLS_DIR/$name.pem" 2>/dev/null
+    rm -f "$TLS_DIR/$name.csr"
+}
+
+ensure_certs() {
+    local given=0
+    for v in OUTPOST_BROKER_TLS_CA OUTPOST_BROKER_TLS_CERT OUTPOST_BROKER_TLS_KEY; do
+        [ -n "${!v:-}" ] && given=$((given + 1))
+    done
+    if [ "$given" = 3 ]; then
+        return 0
+    elif [ "$given" != 0 ]; then
+        log "give all of OUTPOST_BROKER_TLS_CA, _CERT and _KEY, or none (then they are generated)"
+        exit 2
+    fi
+    [ -s "$TLS_DIR/ca.pem" ] && [ -s "$TLS_DIR/server.pem" ] && [ -s "$TLS_DIR/client.pem" ] && return 0
+    log "generating a private CA, a server certificate for 127.0.0.1/localhost and a client certificate in $TLS_DIR"
+    mkdir -p "$TLS_DIR"
+    (
+        umask 077
+        write_openssl_config
+        openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$TLS_DIR/ca.key" 2>/dev/null
+        openssl req -x509 -new -config "$TLS_DIR/openssl.cnf" -extensions ca -key "$TLS_DIR/ca.key" \
+            -subj "/CN=outpost development broker CA" -days 3650 -out "$TLS_DIR/ca.pem"
+        sign server localhost
+        sign client outpost-client
+    )
+    chmod 644 "$TLS_DIR/ca.pem" "$TLS_DIR/server.pem" "$TLS_DIR/client.pem"
 }
 
 ctl() { "$RMQ_BIN/rabbitmqctl" "$@"; }
@@ -135,12 +253,22 @@ print_url() {
     echo "amqp://$USER_NAME@127.0.0.1:$PORT/"
 }
 
+print_tls() {
+    [ -n "$TLS_PORT" ] || return 0
+    echo "amqps://$USER_NAME@127.0.0.1:$TLS_PORT/"
+    echo "CA file: $TLS_CA"
+    if [ -z "${OUTPOST_BROKER_TLS_CA:-}" ]; then
+        echo "client certificate: $TLS_DIR/client.pem key: $TLS_DIR/client.key"
+    fi
+}
+
 cmd_start() {
     install_if_missing
     setup_env
     local booted=0
     if ! running; then
         booted=1
+        [ -z "$TLS_PORT" ] || ensure_certs
         write_config
         ensure_epmd
         log "starting rabbitmq-server on 127.0.0.1:$PORT (state in $STATE)"
@@ -156,14 +284,23 @@ cmd_start() {
             sleep 0.5
         done
     fi
+    # The config is written at boot only: never print an amqps:// URL the node does not serve.
+    if [ -n "$TLS_PORT" ] && ! grep -qx "listeners.ssl.default = 127.0.0.1:$TLS_PORT" "$RABBITMQ_CONFIG_FILE"; then
+        log "the running broker has no TLS listener on $TLS_PORT: stop it, then start it with TLS"
+        exit 1
+    fi
     # A running broker whose password file exists already has the user (ctl calls are slow).
     if [ "$booted" = 1 ] || [ ! -s "$PASSWORD_FILE" ]; then
         ensure_user
     fi
     print_url
     echo "password file: $PASSWORD_FILE"
+    print_tls
     if [ "$MGMT_PORT" != 0 ]; then
         echo "management: http://127.0.0.1:$MGMT_PORT/"
+    fi
+    if [ "$MGMT_TLS_PORT" != 0 ]; then
+        echo "management (TLS): https://127.0.0.1:$MGMT_TLS_PORT/"
     fi
 }
 

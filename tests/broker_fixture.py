@@ -4,6 +4,10 @@ The session fixture `rabbitmq` (registered in tests/conftest.py) boots one broke
 test session and stops it at the end. `stop()` / `start()` restart it in place (same ports, same
 data: durable queues survive), for recovery tests. The script installs Debian's rabbitmq-server
 when it is missing.
+
+`rabbitmq_tls` is another broker, per test module, that also listens for amqps:// (and the
+management API for https) with the CA and certificates the script generates; it verifies a client
+certificate when one is sent. Only the TLS tests use it, so the session broker stays plain.
 """
 
 from __future__ import annotations
@@ -38,9 +42,9 @@ class Broker:
 
     user = "outpost"
 
-    def __init__(self, state_dir: Path, management: bool = True) -> None:
+    def __init__(self, state_dir: Path, management: bool = True, tls: bool = False) -> None:
         self.state_dir = state_dir
-        self.amqp_port, dist, epmd, mgmt = free_ports(4)
+        self.amqp_port, dist, epmd, mgmt, self.tls_port, mgmt_tls = free_ports(6)
         self.mgmt_port = mgmt if management else 0
         self.env = dict(
             os.environ,
@@ -54,6 +58,18 @@ class Broker:
         self.password_file = state_dir / "password"
         self.broker_url = f"amqp://{self.user}@127.0.0.1:{self.amqp_port}/"
         self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}" if management else ""
+        self.tls = tls
+        if tls:
+            self.env.update(
+                OUTPOST_BROKER_TLS_PORT=str(self.tls_port),
+                OUTPOST_BROKER_MGMT_TLS_PORT=str(mgmt_tls),
+                OUTPOST_BROKER_TLS_CLIENT_CERTS="verify",
+            )
+        tls_dir = state_dir / "tls"
+        self.tls_url = f"amqps://{self.user}@127.0.0.1:{self.tls_port}/"
+        self.mgmt_tls_url = f"https://127.0.0.1:{mgmt_tls}" if tls and management else ""
+        self.ca_file = tls_dir / "ca.pem"
+        self.client_cert, self.client_key = tls_dir / "client.pem", tls_dir / "client.key"
 
     @property
     def password(self) -> str:
@@ -83,6 +99,10 @@ class Broker:
     def start(self) -> None:
         out = self._run("start", START_TIMEOUT)
         assert out.splitlines()[0] == self.broker_url, out
+        if self.tls:
+            assert self.tls_url in out.splitlines() and f"CA file: {self.ca_file}" in out, out
+        else:
+            assert "amqps://" not in out, out
 
     def stop(self) -> None:
         self._run("stop", 120.0)
@@ -95,6 +115,17 @@ class Broker:
 def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """A real rabbitmq-server for the session, on free 127.0.0.1 ports; stopped at the end."""
     broker = Broker(tmp_path_factory.mktemp("rabbitmq"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def rabbitmq_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """A broker with TLS listeners (amqps://, https management) for one test module; stopped after it."""
+    broker = Broker(tmp_path_factory.mktemp("rabbitmq-tls"), tls=True)
     broker.start()
     try:
         yield broker

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from broker_fixture import rabbitmq  # noqa: F401  (a real RabbitMQ on loopback, session-wide)
+from broker_fixture import rabbitmq, rabbitmq_tls  # noqa: F401  (real RabbitMQs: session-wide; TLS, per module)
 from fakehub import fake_hub  # noqa: F401  (the fake Hugging Face Hub fixture, for every test dir)
 from otlp_collector import otlp_collector  # noqa: F401  (a real OTLP collector on loopback)
 

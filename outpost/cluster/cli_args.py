@@ -12,11 +12,29 @@ from outpost.sizing import int_or_auto
 
 _BROKER_HELP = "RabbitMQ URL without the password, e.g. amqp://outpost@10.0.1.5/ (amqps:// for TLS)"
 _PASSWORD_HELP = "file holding the broker password (else $OUTPOST_BROKER_PASSWORD)"
+_TLS_HELP = {
+    "--broker-ca-file": "PEM CA certificate(s) the broker's TLS certificate must verify against "
+    "(amqps://; default: the system's CAs)",
+    "--broker-cert-file": "PEM client certificate, for a broker that asks for one (mutual TLS)",
+    "--broker-key-file": "the client certificate's unencrypted PEM key (default: in --broker-cert-file)",
+}
 
 
 def _add_broker_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--broker", default=os.environ.get("OUTPOST_BROKER_URL"), help=_BROKER_HELP)
     p.add_argument("--broker-password-file", help=_PASSWORD_HELP)
+    for flag, help_text in _TLS_HELP.items():
+        p.add_argument(flag, help=help_text)
+
+
+def _broker_url(args: argparse.Namespace) -> str:
+    """--broker with the password and the TLS files; ValueError (a usage error) when unusable."""
+    from outpost.cluster.topology import TLS_FLAGS, broker_url
+
+    if not args.broker:
+        raise ValueError("--broker is required (or $OUTPOST_BROKER_URL)")
+    tls_files = {name: getattr(args, flag[2:].replace("-", "_")) for name, flag in TLS_FLAGS.items()}
+    return broker_url(args.broker, args.broker_password_file, tls_files=tls_files)
 
 
 def add_worker_parser(sub: Any, handler: Any) -> None:
@@ -56,14 +74,11 @@ _WORKER_OPTIONS = (
 def run_worker(args: argparse.Namespace, model_path: str) -> int:
     from outpost.api.config import build_server_config, sized_config
     from outpost.cluster.local_engine import RuntimeEngine
-    from outpost.cluster.topology import broker_url
     from outpost.cluster.worker import serve_worker
     from outpost.runtime import Engine
     from outpost.tracing import tracer_for
 
-    if not args.broker:
-        raise ValueError("--broker is required (or $OUTPOST_BROKER_URL)")
-    url = broker_url(args.broker, args.broker_password_file)
+    url = _broker_url(args)
     options = {name: getattr(args, name) for name in _WORKER_OPTIONS}
     options["model_path"] = model_path
     config, _ = sized_config(build_server_config(options, None, args.chat_template))
@@ -89,7 +104,8 @@ def add_gateway_parser(sub: Any, handler: Any) -> None:
     _add_broker_flags(p)
     p.add_argument(
         "--broker-management-url",
-        help="RabbitMQ management API, for the queue length policy (default http://BROKER-HOST:15672/)",
+        help="RabbitMQ management API, for the queue length policy (default http://BROKER-HOST:15672/; "
+        "https://BROKER-HOST:15671/ for amqps://, verified like the broker)",
     )
     p.add_argument(
         "-m", "--model", action="append", required=True, help="model served (repeatable): GGUF or store name"
@@ -128,11 +144,8 @@ _GATEWAY_OPTIONS = (
 def run_gateway(args: argparse.Namespace, model_paths: list[str]) -> int:
     from outpost.api.config import build_server_config
     from outpost.cluster.gateway_main import serve_gateway
-    from outpost.cluster.topology import broker_url
 
-    if not args.broker:
-        raise ValueError("--broker is required (or $OUTPOST_BROKER_URL)")
-    url = broker_url(args.broker, args.broker_password_file)
+    url = _broker_url(args)
     options = {name: getattr(args, name) for name in _GATEWAY_OPTIONS}
     options["model_path"] = model_paths[0]
     options["api_keys"] = tuple(args.api_keys) if args.api_keys else None

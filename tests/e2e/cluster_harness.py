@@ -47,7 +47,14 @@ class Proc:
         return int(self.proc.returncode)
 
 
-def worker(broker: Any, model: Path, *args: str, step_delay_ms: int = 0, worker_id: str = "") -> Proc:
+def worker(
+    broker: Any,
+    model: Path,
+    *args: str,
+    step_delay_ms: int = 0,
+    worker_id: str = "",
+    env: dict[str, str] | None = None,
+) -> Proc:
     cmd = [
         *OUTPOST,
         "worker",
@@ -59,7 +66,9 @@ def worker(broker: Any, model: Path, *args: str, step_delay_ms: int = 0, worker_
     cmd += ["-m", str(model), "-t", "1", *args]
     if worker_id:
         cmd += ["--worker-id", worker_id]
-    env = {"OUTPOST_DEBUG_STEP_DELAY_MS": str(step_delay_ms)} if step_delay_ms else {}
+    env = dict(env or {})
+    if step_delay_ms:
+        env["OUTPOST_DEBUG_STEP_DELAY_MS"] = str(step_delay_ms)
     return Proc(cmd, env)
 
 
