@@ -55,8 +55,7 @@ async def cluster(
         for _, stop, task in workers:
             stop.set()
             task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            await asyncio.wait({task}, timeout=30)  # its end, never our own cancellation
         await link.close()
 
 
@@ -120,8 +119,7 @@ def test_worker_death_mid_stream_resumes_on_another(rabbitmq: Any) -> None:
             await until(lambda: len(seen) >= 5, "first tokens")
             # The worker dies: its connection drops with the request unacked.
             workers[0][2].cancel()
-            with contextlib.suppress(BaseException):
-                await workers[0][2]
+            await asyncio.wait({workers[0][2]}, timeout=30)  # its end, never our own cancellation
             stop = asyncio.Event()
             rescuer = asyncio.ensure_future(Worker(broker.url, backend.model, other).run(stop))
             try:
@@ -217,8 +215,7 @@ def test_poison_request_fails_once_after_the_delivery_limit(rabbitmq: Any) -> No
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 task.cancel()  # the worker dies with the request unacked
-                with contextlib.suppress(BaseException):
-                    await task
+                await asyncio.wait({task}, timeout=30)  # its end, never our own cancellation
                 kills += 1
             events = await asyncio.wait_for(collected, 30)
             finals = [e for e in events if e.finished]
@@ -253,8 +250,7 @@ def test_a_cancelled_consumer_is_re_established(rabbitmq: Any) -> None:
 async def kill(worker: tuple[Worker, asyncio.Event, asyncio.Task[None]]) -> None:
     """The worker dies: its connection drops with what it holds unacked."""
     worker[2].cancel()
-    with contextlib.suppress(BaseException):
-        await worker[2]
+    await asyncio.wait({worker[2]}, timeout=30)  # its end, never our own cancellation
 
 
 async def queue_depth(backend: RemoteBackend) -> int:

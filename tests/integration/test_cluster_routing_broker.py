@@ -62,8 +62,7 @@ class Fleet:
         """Its connection drops with what it holds unacked, as a SIGKILL does."""
         _, task = self.workers.pop(name)
         task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
+        await asyncio.wait({task}, timeout=30)  # its end, never our own cancellation
 
     async def advertised(self, worker: Worker, min_blocks: int) -> None:
         await until(
