@@ -20,6 +20,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,7 @@ class GatewayLink:
         self.embeds = EmbedCalls(PUBLISH_TIMEOUT_S, DEADLINE_GRACE_S)
         self._conn: AbstractRobustConnection | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._jobs: set[asyncio.Task[None]] = set()  # fire-and-forget publishes, kept referenced
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -164,10 +166,19 @@ class GatewayLink:
             raise QueueFull(f"the queue for {model} is full; retry later") from exc
         except (TimeoutError, AMQPError, OSError, RuntimeError) as exc:
             self.pending.pop(rid, None)
+            if isinstance(exc, TimeoutError):
+                # No confirm in time: the broker may still have taken it. The client gets its 503
+                # now, so no worker should spend a slot on it (workers remember early cancels).
+                self._background(self._publish_cancel(rid))
             raise BackendUnavailable(
                 "the message broker is unreachable; retry later", retry_after=2.0
             ) from exc
         return pending
+
+    def _background(self, job: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(job)
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
 
     async def _publish_to_lane(
         self, route: Route, body: bytes, request: GenerateRequest, time_left: float | None
@@ -216,7 +227,12 @@ class GatewayLink:
     async def cancel(self, request_id: str) -> None:
         """The client went away: tell every worker (whichever holds it aborts it)."""
         pending = self.pending.pop(request_id, None)
-        if pending is None or pending.finished or not self.connected:
+        if pending is None or pending.finished:
+            return
+        await self._publish_cancel(request_id)
+
+    async def _publish_cancel(self, request_id: str) -> None:
+        if not self.connected:
             return
         with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
             await self._control.publish(

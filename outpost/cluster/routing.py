@@ -10,8 +10,9 @@ state and mostly agree:
   rendezvous hash, which every gateway computes alike);
 - a long prompt nobody holds yet is placed by rendezvous hashing on its leading blocks, so the
   next request with the same system prompt, from any gateway, lands on the same worker before
-  its heartbeat says so; only if that worker seems to have a free slot (otherwise the shared
-  queue balances it: whoever pulls it will hold the prefix and advertise it);
+  its heartbeat says so; a worker busier than 1.25x the fair share is passed over for the next
+  in rendezvous order (bounded loads: hot prefixes spread), and with no free slot anywhere the
+  shared queue balances it (whoever pulls it will hold the prefix and advertise it);
 - everything else goes to the shared queue, where workers pull as they have free slots.
 
 A lane message expires after a spill window and is dead-lettered into the shared queue, so a busy
@@ -23,6 +24,7 @@ match saves at the worker's advertised prefill speed (what waiting can win), wit
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -36,6 +38,7 @@ MIN_WINDOW_S = 0.2
 MAX_WINDOW_S = 2.0
 DEFAULT_PREFILL_TPS = 500.0  # a small model on a few CPU cores, until the worker says
 MEMORY_S = 5.0  # how long this gateway remembers where it sent a prefix (heartbeats catch up)
+LOAD_SLACK = 0.25  # a new prefix skips a worker busier than 1.25x the fair share
 
 
 @dataclass(frozen=True)
@@ -98,11 +101,10 @@ class Router:
             tps = home.prefill_tps or DEFAULT_PREFILL_TPS
             route = Route(home.lane or "", home.worker_id, best * BLOCK / tps, best * BLOCK, "prefix")
         elif len(hashes) * BLOCK >= PLACE_MIN_TOKENS:
-            key = hashes[min(len(hashes), PLACE_BLOCKS) - 1]
-            home = max(live, key=lambda w: _score(key, w.worker_id))
-            if self._free(home) <= 0:
+            placed = self._place(hashes[min(len(hashes), PLACE_BLOCKS) - 1], live)
+            if placed is None:
                 return Route(self.shared_queue), hashes
-            route = Route(home.lane or "", home.worker_id, MIN_WINDOW_S, 0, "placed")
+            route = Route(placed.lane or "", placed.worker_id, MIN_WINDOW_S, 0, "placed")
         else:
             return Route(self.shared_queue), hashes
         window = min(max(route.window_s or 0.0, MIN_WINDOW_S), MAX_WINDOW_S)
@@ -126,6 +128,18 @@ class Router:
     def heartbeat(self, worker_id: str) -> None:
         """A fresh heartbeat counts every earlier publish to that worker."""
         self.since_heartbeat.pop(worker_id, None)
+
+    def _place(self, key: str, live: Sequence[WorkerView]) -> WorkerView | None:
+        """The worker a new prefix goes to: the first in rendezvous order whose load is within
+        (1 + LOAD_SLACK) x the fair share (consistent hashing with bounded loads), so a few hot
+        prefixes do not all land on one worker; None when none has a free slot."""
+        ranked = sorted(live, key=lambda w: _score(key, w.worker_id), reverse=True)
+        loads = {w.worker_id: w.slots_busy + self.since_heartbeat.get(w.worker_id, 0) for w in live}
+        bound = math.ceil((sum(loads.values()) + 1) * (1 + LOAD_SLACK) / len(live))
+        for worker in ranked:
+            if loads[worker.worker_id] < bound and self._free(worker) > 0:
+                return worker
+        return None
 
     def _matched(self, worker: WorkerView, hashes: Sequence[str], now: float) -> int:
         advertised = matched_blocks(hashes, worker.prefixes)

@@ -34,7 +34,8 @@ class SlotPool:
     the free slot that adds no run (next to busy ones, or joining two runs), and among those the
     one whose idle cache loses the least (its own prefix reused, else the least recently used);
     a longer prefix held elsewhere is copied in. Otherwise (one KV pool) the free slot with the
-    longest own prefix wins, ties to the least recently used.
+    longest own prefix wins among those that lose no cached token (empty, or wholly reused), else
+    among all, ties to the least recently used.
     copy_min: the shortest prefix worth copying from another slot (with a stream per slot a copy
     moves the whole stream, whatever the prefix's length).
     """
@@ -96,7 +97,10 @@ class SlotPool:
                 ),
             )
         elif self.prefix_cache:
-            dst = min(free, key=lambda s: (-best[s.seq_id], s.last_used))
+            # A slot that loses no cached token (empty, or all of it reused) first: in one pool a
+            # prefix held elsewhere is copied by tagging cells, so a chat template's few shared
+            # tokens are no reason to overwrite a long idle cache.
+            dst = min(free, key=lambda s: (len(s.cached) > best[s.seq_id], -best[s.seq_id], s.last_used))
         else:
             dst = min(free, key=_lru_key)
         return self._plan_into(dst, best)

@@ -91,16 +91,28 @@ def test_a_new_long_prefix_is_placed_alike_by_every_gateway() -> None:
     assert spread == set("abcd")  # different prefixes spread over the workers
 
 
-def test_a_placed_prefix_goes_shared_when_its_worker_is_full_and_short_prompts_always() -> None:
+def test_a_new_prefix_goes_shared_when_every_worker_is_full_and_short_prompts_always() -> None:
     prompt = tokens(6 * BLOCK, 11)
     home = Router(SHARED_Q).route(prompt, [worker(w) for w in "ab"], 0.0)[0].worker_id
-    full = [worker(w, busy=4 if w == home else 0) for w in "ab"]
-    assert Router(SHARED_Q).route(prompt, full, 0.0)[0].queue == SHARED_Q
+    one_full = [worker(w, busy=4 if w == home else 0) for w in "ab"]
+    assert Router(SHARED_Q).route(prompt, one_full, 0.0)[0].worker_id not in (None, home)
+    all_full = [worker(w, busy=4) for w in "ab"]
+    assert Router(SHARED_Q).route(prompt, all_full, 0.0)[0].queue == SHARED_Q
     assert Router(SHARED_Q).route(tokens(100, 1), [worker("a")], 0.0)[0].queue == SHARED_Q
     assert Router(SHARED_Q, enabled=False).route(prompt, [worker("a")], 0.0)[0].queue == SHARED_Q
     assert Router(SHARED_Q).route(prompt, [], 0.0)[0].queue == SHARED_Q
     draining = WorkerView("a", "m", "outpost.lane.m.a", 4, 0, draining=True)
     assert Router(SHARED_Q).route(prompt, [draining], 0.0)[0].queue == SHARED_Q
+
+
+def test_new_prefixes_skip_a_worker_busier_than_its_fair_share() -> None:
+    workers = [worker(w) for w in "ab"]
+    prompts = [tokens(6 * BLOCK, s) for s in range(40)]
+    first_choice = {i: Router(SHARED_Q).route(p, workers, 0.0)[0].worker_id for i, p in enumerate(prompts)}
+    loaded = [worker("a", busy=3), worker("b", busy=0)]  # fair share of 3 + 1 is 2 (2.5 with slack)
+    moved = {i: Router(SHARED_Q).route(p, loaded, 0.0)[0].worker_id for i, p in enumerate(prompts)}
+    assert set(moved.values()) == {"b"}
+    assert any(v == "a" for v in first_choice.values())  # those went to b only for the load
 
 
 def test_what_a_gateway_sent_counts_until_the_heartbeat_does() -> None:
@@ -113,7 +125,7 @@ def test_what_a_gateway_sent_counts_until_the_heartbeat_does() -> None:
     again, _ = router.route([*system, 2], workers, now=1.0)  # no heartbeat yet: remembered
     assert (again.reason, again.worker_id) == ("prefix", route.worker_id)
     later, _ = router.route([*system, 2], workers, now=1.0 + routing.MEMORY_S)
-    assert later.queue == SHARED_Q  # forgotten, and its one slot counted as taken
+    assert later.worker_id not in (None, route.worker_id)  # forgotten; its one slot counted as taken
     router.heartbeat(route.worker_id or "")
     assert router.route([*system, 2], workers, now=99.0)[0].reason == "placed"
 

@@ -125,3 +125,15 @@ def test_no_move_for_a_request_about_to_end() -> None:
 
 def _copies(h: Harness) -> int:
     return sum(isinstance(op, SeqCopy) for out in h.runner.steps for op in out.memory_ops)
+
+
+def test_one_pool_keeps_a_long_idle_cache_over_a_few_shared_template_tokens() -> None:
+    """In one KV pool a request with only a chat template's first tokens in common takes an empty
+    slot, not the slot of a long idle cache (which a later turn of that chat wants)."""
+    pool = SlotPool(4, prefix_cache=True, compact=False)
+    template = [1, 2, 3, 4]
+    pool.slots[0].append([*template, *prompt(60, base=1000)], pool.new_origin())
+    plan = pool.plan([*template, *prompt(20, base=5000)])
+    assert plan.dst.seq_id != 0 and plan.reuse == 4 and plan.src is pool.slots[0]  # copied: tags cells
+    again = pool.plan([*template, *prompt(60, base=1000), 7])  # the chat's next turn: its own slot
+    assert (again.dst.seq_id, again.reuse, again.src) == (0, 64, None)
