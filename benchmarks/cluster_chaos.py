@@ -30,6 +30,7 @@ from common import log
 from outpost.bench.prompts import COMMON_WORDS
 
 SAMPLE_S = 0.5  # the in-flight timeline's resolution
+PROGRESS_S = 15.0
 
 
 @dataclass
@@ -122,8 +123,16 @@ async def _users(
 
 
 async def _sampler(load: Load, done: asyncio.Event) -> None:
+    """The in-flight timeline; a progress line on stderr every PROGRESS_S."""
+    next_log = PROGRESS_S
     while not done.is_set():
         load.timeline.append((round(load.now(), 2), load.in_flight))
+        if load.now() >= next_log:
+            next_log += PROGRESS_S
+            ended = [r for r in load.records if r.end_s is not None]
+            ok = sum(r.outcome == "ok" and not r.faults() for r in ended)
+            flight, kills = load.in_flight, len(load.kills)
+            log(f"(d) t={load.now():6.1f} s: {len(ended)} ended, {ok} ok, {flight} in flight, {kills} kills")
         await asyncio.sleep(SAMPLE_S)
 
 

@@ -31,6 +31,7 @@ from cluster_procs import Broker, cluster_counters, gateway, live_workers, wait_
 from common import log
 
 from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
+from outpost.bench.progress import Progress
 from outpost.bench.prompts import Fitted, Prompt, PromptBuilder
 from outpost.bench.records import RequestRecord
 from outpost.bench.runner import Connected, connect, prompt_builder
@@ -151,6 +152,20 @@ def _delta(after: list[dict[str, float]], before: list[dict[str, float]]) -> dic
     }
 
 
+async def _phase(
+    label: str, servers: list[Connected], prompts: list[Prompt], users: int, config: BenchConfig
+) -> list[RequestRecord]:
+    """A closed loop over both gateways, with `outpost bench`'s progress line."""
+    progress = Progress()
+    progress.start(label, len(prompts), None)
+    try:
+        return await closed_loop(
+            servers, prompts, users, dict(config.extra_body), config.timeout, progress.update
+        )
+    finally:
+        progress.finish()
+
+
 async def _drive(ctx: Ctx, urls: list[str], workloads: dict[str, Workload], name: str) -> dict[str, Any]:
     """Build the prompts on the first call; warm up, then measure `name`'s workload."""
     users = ctx.args.prefix_streams
@@ -163,10 +178,10 @@ async def _drive(ctx: Ctx, urls: list[str], workloads: dict[str, Workload], name
             workloads.update({w.name: w for w in await build_workloads(builder, ctx.args)})
         load = workloads[name]
         log(f"(c) {name}: warmup, {len(load.warm)} requests")
-        await closed_loop(servers, load.warm, users, dict(config.extra_body), config.timeout)
+        await _phase(f"(c) {name} warmup", servers, load.warm, users, config)
         before = _counters(urls)
         log(f"(c) {name}: {len(load.measured)} requests at {users} streams over {len(urls)} gateways")
-        records = await closed_loop(servers, load.measured, users, dict(config.extra_body), config.timeout)
+        records = await _phase(f"(c) {name}", servers, load.measured, users, config)
         after = _counters(urls)
     out = _summary(records, users)
     out["routing"] = _delta(after, before)
