@@ -42,7 +42,7 @@ def scenario_a(ctx: Ctx) -> dict[str, Any]:
     engine = engine_args(ctx.model, threads, A_SLOTS)
     with ExitStack() as stack:
         stack.enter_context(pinned(args.infra_cpus))
-        broker = stack.enter_context(Broker(args.infra_cpus))
+        broker = stack.enter_context(Broker(ctx.logs, args.infra_cpus))
         serve_proc, serve_url = serve(ctx.model, engine, args.engine_cpus, ctx.logs)
         stack.enter_context(serve_proc)
         w = stack.enter_context(worker(broker, engine, args.engine_cpus, ctx.logs, "a-w0"))
@@ -80,7 +80,7 @@ def scenario_b(ctx: Ctx) -> dict[str, Any]:
     args = ctx.args
     engine = engine_args(ctx.model, 1, 8)
     with ExitStack() as stack:
-        broker = stack.enter_context(Broker())
+        broker = stack.enter_context(Broker(ctx.logs))
         w1 = stack.enter_context(worker(broker, engine, ctx.worker_cpus(0), ctx.logs, "b-w0"))
         gw, _ = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 1024))
         wait_workers(gw, 1, [w1])
@@ -108,7 +108,7 @@ def scenario_e(ctx: Ctx) -> dict[str, Any]:
     args = ctx.args
     engine = engine_args(ctx.model, 1, 4)
     with ExitStack() as stack:
-        broker = stack.enter_context(Broker())
+        broker = stack.enter_context(Broker(ctx.logs))
         workers = [
             stack.enter_context(worker(broker, engine, ctx.worker_cpus(i), ctx.logs, f"e-w{i}"))
             for i in range(2)

@@ -224,7 +224,7 @@ def scenario_d(ctx: Ctx) -> dict[str, Any]:
     a = ctx.args
     users = max(1, round(a.chaos_load * 2 * a.chaos_slots))
     with ExitStack() as stack:
-        broker = stack.enter_context(Broker())
+        broker = stack.enter_context(Broker(ctx.logs))
         fleet = Fleet(ctx, broker, stack)
         gw, _ = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 1024))
         wait_workers(gw, 2, fleet.procs)

@@ -211,7 +211,7 @@ def scenario_f(ctx: Ctx) -> dict[str, Any]:
     stream_slots = max(ints(a.gw_stream_levels)) // n + 16
     with ExitStack() as stack:
         stack.enter_context(pinned(a.fake_cpus))
-        broker = stack.enter_context(Broker(a.fake_cpus))
+        broker = stack.enter_context(Broker(ctx.logs, a.fake_cpus))
         gw, gproc = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 100_000, a.gateway_cpus))
         with ExitStack() as fakes_stack:
             fakes = _fakes(ctx, broker, fakes_stack, rate_slots, 0.0, "rate")

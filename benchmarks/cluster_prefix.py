@@ -239,7 +239,7 @@ def scenario_c(ctx: Ctx) -> dict[str, Any]:
             "--cache-idle-cells = -c (idle prefixes stay until the pool needs the cells)",
         }
     }
-    with Broker() as broker:
+    with Broker(ctx.logs) as broker:
         for name in a.prefix_workloads.split(","):
             out[name] = {
                 routing: _variant(ctx, broker, routing, name, workloads) for routing in ("on", "off")

@@ -6,8 +6,10 @@ them while they run (live workers on /health, `outpost_cluster_*` counters on /m
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -67,10 +69,12 @@ def cpu_set(cpus: str) -> set[int]:
 
 
 class Broker:
-    """scripts/broker.sh on free loopback ports in a temp folder, optionally pinned; stopped on exit."""
+    """scripts/broker.sh on free loopback ports in a temp folder, optionally pinned. On exit: stopped,
+    its logs copied to `logs`/broker-PORT, the folder removed."""
 
-    def __init__(self, cpus: str | None = None) -> None:
+    def __init__(self, logs: Path, cpus: str | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="outpost-bench-broker-"))
+        self.logs = logs
         self.cpus = cpus
         self.port, dist, epmd, self.mgmt_port = free_ports(4)
         self.env = dict(
@@ -92,6 +96,9 @@ class Broker:
 
     def __exit__(self, *exc: object) -> None:
         subprocess.run([str(BROKER_SH), "stop"], env=self.env, check=False, timeout=300)
+        with contextlib.suppress(OSError):
+            shutil.copytree(self.dir / "log", self.logs / f"broker-{self.port}", dirs_exist_ok=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def flags(self) -> list[str]:
         return ["--broker", self.url, "--broker-password-file", str(self.password_file)]
