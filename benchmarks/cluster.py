@@ -1,22 +1,39 @@
-"""Cluster benchmark: `outpost gateway` + RabbitMQ + `outpost worker`s (issue 12's Proof a, b, e).
+"""Cluster benchmark: `outpost gateway` + RabbitMQ + `outpost worker`s (issue 12's proofs a-f).
 
-Not a test. Run:  python benchmarks/cluster.py [--scenarios a,b,e] [--shape smollm2-135m] [--requests 32]
+Not a test. Run (on a quiet machine; one run, a few tens of minutes with the defaults):
+    python benchmarks/cluster.py                       # every scenario, SmolLM2-135M-shaped q4_0
+    python benchmarks/cluster.py --scenarios c,d --chaos-seconds 120
+    taskset -c 1 python benchmarks/cluster.py --shape tiny --engine-cpus 1 --infra-cpus 1 \\
+        --worker-cpus 1 --gateway-cpus 1 --fake-cpus 1 ...      # everything on one core (a try-out)
 
-Everything on this machine, on loopback: a broker from scripts/broker.sh (free ports, a temp state
-folder), workers and gateways as `outpost worker` / `outpost gateway` processes, load from `outpost
-bench`'s runner (the chat workload of benchmarks/serve.py: distinct prompts of `--input-tokens`,
-`--max-tokens` streamed outputs with every end-of-generation token banned).
+Everything runs on this machine, on loopback: a broker from scripts/broker.sh (free ports, a temp
+state folder, fresh for each scenario), workers and gateways as `outpost worker` / `outpost gateway`
+processes (their logs in OUT/logs/), load from this process. CPU pinning (taskset): `--engine-cpus`
+and `--infra-cpus` for (a), `--worker-cpus` (worker i on the i-th, round robin) for (b)-(e),
+`--gateway-cpus` and `--fake-cpus` for (f); "" leaves a part unpinned.
 
-(a) the same closed-loop workload at 1 and 8 streams against one model served directly (`outpost
-    serve`) and through a gateway + RabbitMQ + one worker with the same slots and threads (`outpost
-    bench --compare` style: each level runs on each target in turn): added TTFT p50/p99, throughput
-    ratio.
-(b) 1 vs 2 workers, each pinned to its own core (`taskset`, `-t 1`), 8 streams per worker: the
-    aggregate output tokens/s ratio. The broker, the gateway and the load generator share the cores.
-(e) a burst of `--burst` concurrent requests at 2 workers of 4 slots with a queue of 256: how many
-    were answered and how many rejected.
+(a) the chat workload of `outpost bench` (distinct prompts of `--input-tokens`, `--max-tokens`
+    streamed outputs, end-of-generation banned) at 1 and 8 streams against `outpost serve` and
+    against gateway + broker + one worker: the same engine flags (-np 8, -c 8192, -t = the count of
+    --engine-cpus) on the same CPUs, both started together; the broker, the gateway and the load
+    generator on --infra-cpus. Each level runs on serve, then on the gateway. Added TTFT p50/p99 and
+    the throughput ratio.
+(b) 1 vs 2 workers (-t 1 each, each on its own --worker-cpus core), 8 streams per worker: aggregate
+    output tokens/s. The broker, the gateway and the load generator are not pinned: they share the
+    cores with the workers.
+(c) prefix-aware routing on vs off: 2 gateways, 2 workers whose KV holds at most 2 of 4 ~1,000-token
+    system prompts; hit rate, TTFT, routing counters; then distinct prompts: throughput on / off
+    (cluster_prefix.py).
+(d) chaos: 2 workers at ~80% of their slots, one SIGKILLed and restarted every `--kill-every` s for
+    `--chaos-seconds`; every stream checked for a final outcome and every token exactly once
+    (cluster_chaos.py, cluster_stream.py).
+(e) a burst of `--burst` requests sent at once at 2 workers of 4 slots behind a queue of 256.
+(f) the gateway alone on a core against fake workers (benchmarks/fake_worker.py, no model):
+    requests/s and concurrent open streams at the knee (cluster_gateway.py).
 
-Tables to stderr; results.json in --out; the last stdout line is a JSON summary of the scenarios.
+Writes --out (default bench-results/cluster-<timestamp>/): results.json (after every scenario),
+tables.md, a_ttft.png, c_prefix.png, d_chaos.png, f_gateway.png, logs/. Markdown tables go to
+stderr; the last stdout line is a JSON summary (no raw samples).
 """
 
 from __future__ import annotations
@@ -24,266 +41,130 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+import traceback
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import httpx
-from common import bench_model, free_port, log, wait_ready
+from cluster_basic import scenario_a, scenario_b, scenario_e
+from cluster_chaos import scenario_d
+from cluster_common import Ctx
+from cluster_gateway import scenario_f
+from cluster_plots import write_plots
+from cluster_prefix import scenario_c
+from cluster_report import format_all, summary
+from common import bench_model, log
 from servers import eog_tokens
 
-from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
-from outpost.bench.progress import Progress
-from outpost.bench.records import BenchResult, RunSummary
-from outpost.bench.report import format_tables
-from outpost.bench.runner import run_bench_sync
-
-OUTPOST = [sys.executable, "-m", "outpost.cli"]
-BROKER_SH = Path(__file__).resolve().parents[1] / "scripts" / "broker.sh"
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct free loopback ports (held together while picked, so they differ)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+SCENARIOS = {
+    "a": scenario_a,
+    "b": scenario_b,
+    "c": scenario_c,
+    "d": scenario_d,
+    "e": scenario_e,
+    "f": scenario_f,
+}
 
 
-class Broker:
-    """scripts/broker.sh on free loopback ports in a temp folder; stopped on exit."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="outpost-bench-broker-"))
-        self.port, dist, epmd, self.mgmt_port = free_ports(4)
-        self.env = dict(
-            os.environ,
-            OUTPOST_BROKER_DIR=str(self.dir),
-            OUTPOST_BROKER_PORT=str(self.port),
-            OUTPOST_BROKER_DIST_PORT=str(dist),
-            OUTPOST_BROKER_EPMD_PORT=str(epmd),
-            OUTPOST_BROKER_MGMT_PORT=str(self.mgmt_port),
-        )
-        self.url = f"amqp://outpost@127.0.0.1:{self.port}/"
-        self.password_file = self.dir / "password"
-        self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}/"
-
-    def __enter__(self) -> Broker:
-        subprocess.run([str(BROKER_SH), "start"], env=self.env, check=True, timeout=900, stdout=sys.stderr)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        subprocess.run([str(BROKER_SH), "stop"], env=self.env, check=False, timeout=300)
-
-    def flags(self) -> list[str]:
-        return ["--broker", self.url, "--broker-password-file", str(self.password_file)]
+def _general(p: argparse.ArgumentParser) -> None:
+    add = p.add_argument
+    add("--scenarios", default="a,b,c,d,e,f", help="comma-separated, of a,b,c,d,e,f")
+    add("--shape", default="smollm2-135m", help="synthetic model shape (tiny for a quick try)")
+    add("--quant", default="q4_0")
+    add("--threads", type=int, default=len(os.sched_getaffinity(0)), help="(a) -t when --engine-cpus is ''")
+    add("--seed", type=int, default=0, help="prompts of (c) and (d)")
+    add("--timeout", type=float, default=900.0, help="seconds per request, at most")
+    add("--out", type=Path, help="results folder (default bench-results/cluster-<timestamp>)")
+    add("--engine-cpus", default="1", help="(a) serve's and the worker's CPUs")
+    add("--infra-cpus", default="0", help="(a) the broker's, the gateway's and the load generator's CPUs")
+    add("--worker-cpus", default="0,1", help="(b-e) worker i's CPU: the i-th of the list, round robin")
 
 
-class Process:
-    """An `outpost` subcommand, optionally pinned to CPUs with taskset; SIGTERM (then kill) on exit."""
-
-    def __init__(self, name: str, args: list[str], cpus: str | None = None) -> None:
-        self.name = name
-        self._err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in __exit__)
-        pin = ["taskset", "-c", cpus] if cpus else []
-        self.proc = subprocess.Popen([*pin, *OUTPOST, *args], stdout=subprocess.DEVNULL, stderr=self._err)
-
-    def stderr_tail(self) -> str:
-        self._err.seek(0)
-        return self._err.read().decode(errors="replace")[-3000:]
-
-    def __enter__(self) -> Process:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._err.close()
-
-
-def server_args(model: Path, threads: int, slots: int) -> list[str]:
-    return ["-m", str(model), "-t", str(threads), "-np", str(slots), "-c", str(1024 * slots)]
-
-
-def wait_workers(gateway_url: str, n: int, proc: Process, timeout: float = 600.0) -> None:
-    """Until the gateway's /health lists `n` live workers."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.proc.poll() is not None:
-            raise RuntimeError(f"{proc.name} exited {proc.proc.returncode}:\n{proc.stderr_tail()}")
-        try:
-            workers = httpx.get(f"{gateway_url}/health", timeout=5).json().get("workers", [])
-            if len(workers) >= n:
-                return
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.25)
-    raise TimeoutError(f"{n} workers not live at {gateway_url} within {timeout} s")
-
-
-@contextmanager
-def gateway(broker: Broker, model: Path, max_queue: int, cpus: str | None = None) -> Iterator[str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    args = ["gateway", *broker.flags(), "--broker-management-url", broker.mgmt_url, "-m", str(model)]
-    with Process("gateway", [*args, "--port", str(port), "--max-queue", str(max_queue)], cpus) as proc:
-        try:
-            wait_ready(url, proc.proc)
-        except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(f"gateway not ready: {exc}\n{proc.stderr_tail()}") from exc
-        yield url
-
-
-def worker(broker: Broker, model: Path, threads: int, slots: int, cpus: str | None) -> Process:
-    return Process(
-        f"worker@{cpus or 'all'}", ["worker", *broker.flags(), *server_args(model, threads, slots)], cpus
-    )
-
-
-def bench(
-    targets: dict[str, str], levels: str, requests: int, warmup: int, eog: list[int], args: argparse.Namespace
-) -> BenchResult:
-    config = BenchConfig(
-        targets=tuple(ServerTarget(url=url, label=label) for label, url in targets.items()),
-        plan=make_plan(levels, None, requests, None, warmup),
-        scenario=make_scenario("custom", str(args.input_tokens), str(args.max_tokens)),
-        seed=int(time.time()),  # distinct prompts every run: no prefix cache hits across runs
-        timeout=900.0,
-        extra_body={"temperature": 0.8, "logit_bias": {str(t): -100 for t in eog}},
-    )
-    result = run_bench_sync(config, Progress())
-    log("\n" + format_tables(result))
-    return result
-
-
-def run_of(result: BenchResult, label: str, level: int) -> RunSummary:
-    return next(r.summary for r in result.runs if r.summary.label == label and int(r.summary.level) == level)
-
-
-def ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000.0, 2)
-
-
-def scenario_a(model: Path, eog: list[int], args: argparse.Namespace) -> dict[str, Any]:
-    """`outpost serve` vs gateway + broker + one worker with the same slots and threads."""
-    out: dict[str, Any] = {}
-    with ExitStack() as stack:
-        broker = stack.enter_context(Broker())
-        port = free_port()
-        serve = stack.enter_context(
-            Process("serve", ["serve", *server_args(model, args.threads, 8), "--port", str(port)])
-        )
-        serve_url = f"http://127.0.0.1:{port}"
-        wait_ready(serve_url, serve.proc)
-        w = stack.enter_context(worker(broker, model, args.threads, 8, None))
-        gw = stack.enter_context(gateway(broker, model, 1024))
-        wait_workers(gw, 1, w)
-        result = bench({"serve": serve_url, "gateway": gw}, "1,8", args.requests, args.warmup, eog, args)
-    for level in (1, 8):
-        direct, via = run_of(result, "serve", level), run_of(result, "gateway", level)
-        out[f"streams_{level}"] = {
-            "serve_ttft_ms": {"p50": ms(direct.ttft_s.p50), "p99": ms(direct.ttft_s.p99)},
-            "gateway_ttft_ms": {"p50": ms(via.ttft_s.p50), "p99": ms(via.ttft_s.p99)},
-            "added_ttft_ms": {
-                "p50": ms((via.ttft_s.p50 or 0) - (direct.ttft_s.p50 or 0)),
-                "p99": ms((via.ttft_s.p99 or 0) - (direct.ttft_s.p99 or 0)),
-            },
-            "serve_output_tok_s": direct.output_tok_s,
-            "gateway_output_tok_s": via.output_tok_s,
-            "throughput_ratio": via.output_tok_s / direct.output_tok_s if direct.output_tok_s else None,
-            "errors": {"serve": direct.errors, "gateway": via.errors},
-        }
-    return out
-
-
-def scenario_b(model: Path, eog: list[int], args: argparse.Namespace) -> dict[str, Any]:
-    """1 worker on core 0, then a second one on core 1; 8 streams per worker."""
-    with ExitStack() as stack:
-        broker = stack.enter_context(Broker())
-        w1 = stack.enter_context(worker(broker, model, 1, 8, "0"))
-        gw = stack.enter_context(gateway(broker, model, 1024))
-        wait_workers(gw, 1, w1)
-        one = run_of(bench({"1 worker": gw}, "8", args.requests, args.warmup, eog, args), "1 worker", 8)
-        w2 = stack.enter_context(worker(broker, model, 1, 8, "1"))
-        wait_workers(gw, 2, w2)
-        two = run_of(
-            bench({"2 workers": gw}, "16", 2 * args.requests, args.warmup, eog, args), "2 workers", 16
-        )
-    return {
-        "one_worker_output_tok_s": one.output_tok_s,
-        "two_workers_output_tok_s": two.output_tok_s,
-        "ratio": two.output_tok_s / one.output_tok_s if one.output_tok_s else None,
-        "errors": {"one": one.errors, "two": two.errors},
-        "note": "each worker on its own core (taskset, -t 1); broker, gateway and load generator share them",
-    }
-
-
-def scenario_e(model: Path, eog: list[int], args: argparse.Namespace) -> dict[str, Any]:
-    """A burst of `--burst` requests at 2 workers x 4 slots behind a queue of 256."""
-    with ExitStack() as stack:
-        broker = stack.enter_context(Broker())
-        workers = [
-            stack.enter_context(worker(broker, model, 1, 4, str(i % max(1, args.threads)))) for i in range(2)
-        ]
-        gw = stack.enter_context(gateway(broker, model, 256))
-        wait_workers(gw, 2, workers[0])
-        run = run_of(bench({"burst": gw}, str(args.burst), args.burst, 0, eog, args), "burst", args.burst)
-    return {
-        "requests": args.burst,
-        "answered_ok": run.requests_ok,
-        "errors": run.errors,
-        "errors_by_code": run.errors_by_code,
-        "duration_s": run.duration_s,
-        "ttft_s": run.ttft_s.as_dict(),
-    }
-
-
-SCENARIOS = {"a": scenario_a, "b": scenario_b, "e": scenario_e}
+def _scenario_flags(p: argparse.ArgumentParser) -> None:
+    add = p.add_argument
+    add("--requests", type=int, default=32, help="(a, b) measured requests per level (b: per worker)")
+    add("--warmup", type=int, default=4, help="(a, b) warmup requests per level")
+    add("--max-tokens", type=int, default=64, help="(a, b, e) output tokens")
+    add("--input-tokens", type=int, default=120, help="(a, b, e) prompt tokens")
+    add("--prefix-tokens", type=int, default=1000, help="(c) tokens of each of the 4 system prompts")
+    add("--turn-tokens", default="20,60", help="(c) user turn tokens: LOW,HIGH (uniform)")
+    add("--turn-max-tokens", default="16,32", help="(c) output tokens: LOW,HIGH (uniform)")
+    add("--prefix-slots", type=int, default=8, help="(c) slots per worker")
+    add("--prefix-ctx", type=int, help="(c) KV cells per worker (default: 2.5 prefixes)")
+    add("--prefix-streams", type=int, default=8, help="(c) closed-loop users, split over the 2 gateways")
+    add("--prefix-workloads", default="shared,distinct", help="(c) which workloads: shared, distinct")
+    add("--prefix-warmup", type=int, default=16, help="(c) warmup requests per run")
+    add("--prefix-requests", type=int, default=64, help="(c) measured requests per run")
+    add("--chaos-seconds", type=float, default=300.0, help="(d) how long the chaos lasts")
+    add("--kill-every", type=float, default=20.0, help="(d) seconds between kills")
+    add("--chaos-slots", type=int, default=4, help="(d) slots per worker")
+    add("--chaos-load", type=float, default=0.8, help="(d) streams = this x all slots")
+    add("--chaos-max-tokens", type=int, default=64, help="(d) output tokens per stream")
+    add("--chaos-input-tokens", type=int, default=48, help="(d) words per prompt")
+    add("--chaos-prompts", type=int, default=32, help="(d) distinct prompts, cycled")
+    add("--burst", type=int, default=200, help="(e) requests sent at once")
+    add("--gateway-cpus", default="0", help="(f) the gateway's CPUs (alone)")
+    add("--fake-cpus", default="1", help="(f) the broker's, fake workers' and load generator's CPUs")
+    add("--fake-workers", type=int, default=2, help="(f) fake workers")
+    add("--gw-rate-levels", default="1,2,4,8,16,32,64,128", help="(f) closed-loop users per level")
+    add("--gw-seconds", type=float, default=10.0, help="(f) seconds per request-rate level")
+    add("--gw-tokens", type=int, default=8, help="(f) tokens per non-streamed answer")
+    add("--gw-latency-limit", type=float, default=1.0, help="(f) stop the rate sweep past this p50 (s)")
+    add("--gw-stream-levels", default="50,100,200,400,800,1600", help="(f) concurrent streams per level")
+    add("--gw-stream-tokens", type=int, default=20, help="(f) tokens per stream")
+    add("--gw-stream-interval", type=float, default=0.5, help="(f) seconds between a stream's tokens")
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--scenarios", default="a,b,e")
-    p.add_argument("--shape", default="smollm2-135m")
-    p.add_argument("--quant", default="q4_0")
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    p.add_argument("--requests", type=int, default=32, help="requests per level (b: per worker)")
-    p.add_argument("--warmup", type=int, default=4)
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--input-tokens", type=int, default=120)
-    p.add_argument("--burst", type=int, default=200, help="(e): concurrent requests sent at once")
-    p.add_argument("--out", type=Path, help="results folder (default bench-results/cluster-<timestamp>)")
-    return p.parse_args()
+    _general(p)
+    _scenario_flags(p)
+    args = p.parse_args()
+    names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(SCENARIOS))
+    if unknown or not names:
+        p.error(f"unknown --scenarios {unknown}; choose from {','.join(SCENARIOS)}")
+    args.scenario_list = names
+    for flag in ("engine_cpus", "infra_cpus", "gateway_cpus", "fake_cpus"):
+        setattr(args, flag, getattr(args, flag) or None)  # "": not pinned
+    return args
+
+
+def run_scenario(name: str, ctx: Ctx) -> dict[str, Any]:
+    """One scenario; a failure is recorded (the others still run)."""
+    log(f"\n== scenario ({name})")
+    t0 = time.monotonic()
+    try:
+        result = SCENARIOS[name](ctx)
+    except Exception as exc:  # a long run keeps what the other scenarios measured
+        log(traceback.format_exc())
+        result = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+    result["seconds"] = round(time.monotonic() - t0, 1)
+    return result
 
 
 def main() -> None:
     args = parse_args()
-    model = bench_model(args.shape, args.quant)
-    eog = eog_tokens(model)
-    results: dict[str, Any] = {"shape": args.shape, "quant": args.quant, "cpus": len(os.sched_getaffinity(0))}
-    for name in args.scenarios.split(","):
-        log(f"== scenario ({name})")
-        results[name] = SCENARIOS[name](model, eog, args)
-        log(json.dumps(results[name], indent=2))
     out = args.out or Path("bench-results") / time.strftime("cluster-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+    model = bench_model(args.shape, args.quant)
+    ctx = Ctx(args, model, eog_tokens(model), out)
+    results: dict[str, Any] = {
+        "shape": args.shape,
+        "quant": args.quant,
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "command": {k: v for k, v in vars(args).items() if k not in ("out", "scenario_list")},
+    }
+    for name in args.scenario_list:
+        results[name] = run_scenario(name, ctx)
+        (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    tables = format_all(results)
+    (out / "tables.md").write_text(tables + "\n")
+    log("\n" + tables)
+    for path in write_plots(results, out):
+        log(f"wrote {path}")
     log(f"\nresults in {out}")
-    print(json.dumps(results, separators=(",", ":")))
+    print(json.dumps(summary(results), separators=(",", ":"), default=str))
 
 
 if __name__ == "__main__":

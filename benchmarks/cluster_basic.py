@@ -1,0 +1,134 @@
+"""benchmarks/cluster.py's scenarios (a), (b) and (e): the gateway's overhead, scaling to a second
+worker, and a burst at a bounded queue. Each starts its own broker and processes and stops them."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any
+
+from cluster_common import Ctx, bench, ms, ratio, run_of, target
+from cluster_procs import Broker, cpu_set, engine_args, gateway, pinned, serve, wait_workers, worker
+from common import log
+
+from outpost.bench.records import RequestRecord, RunSummary
+
+A_SLOTS = 8
+A_LEVELS = (1, 8)
+
+
+def _ttfts(records: list[RequestRecord]) -> list[float]:
+    return [round(r.ttft_s * 1000.0, 2) for r in records if r.ok and r.ttft_s is not None]
+
+
+def _level_a(direct: RunSummary, via: RunSummary) -> dict[str, Any]:
+    added50 = ms((via.ttft_s.p50 or 0) - (direct.ttft_s.p50 or 0))
+    added99 = ms((via.ttft_s.p99 or 0) - (direct.ttft_s.p99 or 0))
+    return {
+        "serve_ttft_ms": {"p50": ms(direct.ttft_s.p50), "p99": ms(direct.ttft_s.p99)},
+        "gateway_ttft_ms": {"p50": ms(via.ttft_s.p50), "p99": ms(via.ttft_s.p99)},
+        "added_ttft_ms": {"p50": added50, "p99": added99},
+        "serve_output_tok_s": round(direct.output_tok_s, 2),
+        "gateway_output_tok_s": round(via.output_tok_s, 2),
+        "throughput_ratio": ratio(via.output_tok_s, direct.output_tok_s),
+        "errors": {"serve": direct.errors, "gateway": via.errors},
+    }
+
+
+def scenario_a(ctx: Ctx) -> dict[str, Any]:
+    """`outpost serve` vs gateway + broker + one worker: the same engine flags on the same CPUs
+    (--engine-cpus, -t = their count); broker, gateway and load generator on --infra-cpus."""
+    args = ctx.args
+    threads = len(cpu_set(args.engine_cpus)) if args.engine_cpus else args.threads
+    engine = engine_args(ctx.model, threads, A_SLOTS)
+    with ExitStack() as stack:
+        stack.enter_context(pinned(args.infra_cpus))
+        broker = stack.enter_context(Broker(ctx.logs, args.infra_cpus))
+        serve_proc, serve_url = serve(ctx.model, engine, args.engine_cpus, ctx.logs)
+        stack.enter_context(serve_proc)
+        w = stack.enter_context(worker(broker, engine, args.engine_cpus, ctx.logs, "a-w0"))
+        gw, _ = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 1024, args.infra_cpus))
+        wait_workers(gw, 1, [w])
+        levels = ",".join(str(v) for v in A_LEVELS)
+        result = bench(ctx, {"serve": serve_url, "gateway": gw}, levels, args.requests, args.warmup)
+    out: dict[str, Any] = {
+        "setup": {
+            "engine": " ".join(engine[2:]),
+            "engine_cpus": args.engine_cpus,
+            "infra_cpus": args.infra_cpus,
+            "note": "serve and the worker: the same engine flags on the same CPUs, started together "
+            "(the idle one costs nothing); each level runs on serve, then on the gateway",
+        },
+        "samples_ttft_ms": {},
+        "targets": [],
+    }
+    for level in A_LEVELS:
+        direct, direct_records = run_of(result, "serve", level)
+        via, via_records = run_of(result, "gateway", level)
+        out[f"streams_{level}"] = row = _level_a(direct, via)
+        out["samples_ttft_ms"][str(level)] = {"serve": _ttfts(direct_records), "gateway": _ttfts(via_records)}
+        out["targets"] += [
+            target(f"{level} streams: added TTFT p50 (ms)", row["added_ttft_ms"]["p50"], 2, True),
+            target(f"{level} streams: added TTFT p99 (ms)", row["added_ttft_ms"]["p99"], 10, True),
+            target(f"{level} streams: throughput ratio", row["throughput_ratio"], 0.95, False),
+        ]
+    return out
+
+
+def scenario_b(ctx: Ctx) -> dict[str, Any]:
+    """One worker (-t 1, pinned to --worker-cpus' first CPU), then a second on the next; 8 streams
+    per worker. The broker, the gateway and the load generator are not pinned: they share the CPUs."""
+    args = ctx.args
+    engine = engine_args(ctx.model, 1, 8)
+    with ExitStack() as stack:
+        broker = stack.enter_context(Broker(ctx.logs))
+        w1 = stack.enter_context(worker(broker, engine, ctx.worker_cpus(0), ctx.logs, "b-w0"))
+        gw, _ = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 1024))
+        wait_workers(gw, 1, [w1])
+        one, _ = run_of(bench(ctx, {"1 worker": gw}, "8", args.requests, args.warmup), "1 worker", 8)
+        w2 = stack.enter_context(worker(broker, engine, ctx.worker_cpus(1), ctx.logs, "b-w1"))
+        wait_workers(gw, 2, [w1, w2])
+        result = bench(ctx, {"2 workers": gw}, "16", 2 * args.requests, args.warmup)
+        two, _ = run_of(result, "2 workers", 16)
+    scale = ratio(two.output_tok_s, one.output_tok_s)
+    return {
+        "one_worker_output_tok_s": round(one.output_tok_s, 2),
+        "two_workers_output_tok_s": round(two.output_tok_s, 2),
+        "ratio": scale,
+        "ttft_s_p50": {"one": one.ttft_s.p50, "two": two.ttft_s.p50},
+        "errors": {"one": one.errors, "two": two.errors},
+        "worker_cpus": [ctx.worker_cpus(0), ctx.worker_cpus(1)],
+        "note": "each worker -t 1 on its own core (taskset); the broker, the gateway and the load "
+        "generator are not pinned and share the cores with them",
+        "targets": [target("2 vs 1 workers: aggregate tok/s ratio", scale, 1.6, False)],
+    }
+
+
+def scenario_e(ctx: Ctx) -> dict[str, Any]:
+    """A burst of --burst requests sent at once at 2 workers x 4 slots behind a queue of 256."""
+    args = ctx.args
+    engine = engine_args(ctx.model, 1, 4)
+    with ExitStack() as stack:
+        broker = stack.enter_context(Broker(ctx.logs))
+        workers = [
+            stack.enter_context(worker(broker, engine, ctx.worker_cpus(i), ctx.logs, f"e-w{i}"))
+            for i in range(2)
+        ]
+        gw, _ = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 256))
+        wait_workers(gw, 2, workers)
+        log(f"(e): {args.burst} requests at once")
+        result = bench(ctx, {"burst": gw}, str(args.burst), args.burst, 0)
+        run, _ = run_of(result, "burst", args.burst)
+    rejected = sum(n for code, n in run.errors_by_code.items() if code in ("429", "503"))
+    return {
+        "requests": args.burst,
+        "answered_ok": run.requests_ok,
+        "rejected": rejected,
+        "errors": run.errors,
+        "errors_by_code": run.errors_by_code,
+        "duration_s": round(run.duration_s, 2),
+        "ttft_s": run.ttft_s.as_dict(),
+        "targets": [
+            target("burst: answered", run.requests_ok, args.burst, False),
+            target("burst: rejected", rejected, 0, True),
+        ],
+    }

@@ -1,0 +1,281 @@
+"""The processes benchmarks/cluster.py runs: a RabbitMQ broker (scripts/broker.sh on free ports),
+`outpost gateway` / `outpost worker` / `outpost serve` and the fake workers (benchmarks/fake_worker.py),
+each optionally pinned to CPUs with `taskset -c`, its stderr in a log file; plus what is read from
+them while they run (live workers on /health, `outpost_cluster_*` counters on /metrics, CPU time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+import httpx
+from common import free_port, wait_ready
+
+OUTPOST = [sys.executable, "-m", "outpost.cli"]
+HERE = Path(__file__).resolve().parent
+BROKER_SH = HERE.parent / "scripts" / "broker.sh"
+FAKE_WORKER = HERE / "fake_worker.py"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free loopback ports (held together while picked, so they differ)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def pin(cpus: str | None) -> list[str]:
+    return ["taskset", "-c", cpus] if cpus else []
+
+
+@contextmanager
+def pinned(cpus: str | None) -> Iterator[None]:
+    """This process (the load generator) on `cpus` for the block; None: left as it is."""
+    before = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, cpu_set(cpus))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def cpu_set(cpus: str) -> set[int]:
+    """The CPUs a `taskset -c` list names ("1", "0-3,6")."""
+    out: set[int] = set()
+    for part in cpus.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+class Broker:
+    """scripts/broker.sh on free loopback ports in a temp folder, optionally pinned. On exit: stopped,
+    its logs copied to `logs`/broker-PORT, the folder removed."""
+
+    def __init__(self, logs: Path, cpus: str | None = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="outpost-bench-broker-"))
+        self.logs = logs
+        self.cpus = cpus
+        self.port, dist, epmd, self.mgmt_port = free_ports(4)
+        self.env = dict(
+            os.environ,
+            OUTPOST_BROKER_DIR=str(self.dir),
+            OUTPOST_BROKER_PORT=str(self.port),
+            OUTPOST_BROKER_DIST_PORT=str(dist),
+            OUTPOST_BROKER_EPMD_PORT=str(epmd),
+            OUTPOST_BROKER_MGMT_PORT=str(self.mgmt_port),
+        )
+        self.url = f"amqp://outpost@127.0.0.1:{self.port}/"
+        self.password_file = self.dir / "password"
+        self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}/"
+
+    def __enter__(self) -> Broker:
+        cmd = [*pin(self.cpus), str(BROKER_SH), "start"]
+        subprocess.run(cmd, env=self.env, check=True, timeout=900, stdout=sys.stderr)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run([str(BROKER_SH), "stop"], env=self.env, check=False, timeout=300)
+        with contextlib.suppress(OSError):
+            shutil.copytree(self.dir / "log", self.logs / f"broker-{self.port}", dirs_exist_ok=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def flags(self) -> list[str]:
+        return ["--broker", self.url, "--broker-password-file", str(self.password_file)]
+
+    @property
+    def pid(self) -> int | None:
+        """The Erlang VM's pid (for its CPU time)."""
+        try:
+            return int((self.dir / "rabbit.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+
+_serial = itertools.count()
+
+
+class Process:
+    """A command, optionally pinned with taskset (which execs it: same pid); its stderr in `logs`.
+    Stopped on exit: SIGTERM, then SIGKILL after `grace` s."""
+
+    def __init__(self, name: str, argv: list[str], cpus: str | None, logs: Path, grace: float = 60.0) -> None:
+        self.name = name
+        self.grace = grace
+        logs.mkdir(parents=True, exist_ok=True)
+        self.log_path = logs / f"{next(_serial):03d}-{name.replace('/', '_')}.log"
+        self._log: IO[bytes] = self.log_path.open("wb")
+        self.proc = subprocess.Popen([*pin(cpus), *argv], stdout=subprocess.DEVNULL, stderr=self._log)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stderr_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no log)"
+
+    def check(self) -> None:
+        if not self.alive():
+            raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self.stderr_tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no drain."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def __enter__(self) -> Process:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.alive():
+            self.proc.terminate()
+            try:
+                self.proc.wait(self.grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+
+
+def engine_args(model: Path, threads: int, slots: int, ctx: int | None = None) -> list[str]:
+    """serve's and the worker's engine flags: by default 1024 KV cells per slot."""
+    return ["-m", str(model), "-t", str(threads), "-np", str(slots), "-c", str(ctx or 1024 * slots)]
+
+
+def serve(model: Path, engine: list[str], cpus: str | None, logs: Path) -> tuple[Process, str]:
+    """`outpost serve` with `engine` flags, ready; the caller closes the Process."""
+    port = free_port()
+    proc = Process("serve", [*OUTPOST, "serve", *engine, "--port", str(port)], cpus, logs)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, proc.proc)
+    except (RuntimeError, TimeoutError) as exc:
+        proc.__exit__()
+        raise RuntimeError(f"serve not ready: {exc}\n{proc.stderr_tail()}") from exc
+    return proc, url
+
+
+def worker(
+    broker: Broker, engine: list[str], cpus: str | None, logs: Path, worker_id: str | None = None
+) -> Process:
+    ident = ["--worker-id", worker_id] if worker_id else []
+    name = f"worker-{worker_id or 'anon'}@{cpus or 'all'}"
+    return Process(name, [*OUTPOST, "worker", *broker.flags(), *engine, *ident], cpus, logs)
+
+
+def fake_worker(
+    broker: Broker, model_id: str, slots: int, interval: float, cpus: str | None, logs: Path, worker_id: str
+) -> Process:
+    """benchmarks/fake_worker.py: the real Worker over an engine with no model."""
+    argv = [sys.executable, str(FAKE_WORKER), *broker.flags(), "--model-id", model_id]
+    argv += ["--slots", str(slots), "--token-interval", str(interval), "--worker-id", worker_id]
+    return Process(f"fake-{worker_id}@{cpus or 'all'}", argv, cpus, logs, grace=15.0)
+
+
+@contextmanager
+def gateway(
+    broker: Broker,
+    model: Path,
+    logs: Path,
+    max_queue: int = 1024,
+    cpus: str | None = None,
+    prefix_routing: str | None = None,
+) -> Iterator[tuple[str, Process]]:
+    """A ready `outpost gateway`: its URL and process."""
+    port = free_port()
+    args = [*OUTPOST, "gateway", *broker.flags(), "--broker-management-url", broker.mgmt_url]
+    args += ["-m", str(model), "--port", str(port), "--max-queue", str(max_queue)]
+    if prefix_routing:
+        args += ["--prefix-routing", prefix_routing]
+    url = f"http://127.0.0.1:{port}"
+    with Process(f"gateway-{port}@{cpus or 'all'}", args, cpus, logs) as proc:
+        try:
+            wait_ready(url, proc.proc)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"gateway not ready: {exc}\n{proc.stderr_tail()}") from exc
+        yield url, proc
+
+
+def live_workers(gateway_url: str) -> list[dict[str, object]]:
+    """The gateway's /health `workers` (empty when it does not answer)."""
+    try:
+        workers = httpx.get(f"{gateway_url}/health", timeout=5).json().get("workers", [])
+    except (httpx.HTTPError, ValueError):
+        return []
+    return list(workers) if isinstance(workers, list) else []
+
+
+def wait_workers(
+    gateway_url: str,
+    n: int,
+    procs: list[Process],
+    timeout: float = 600.0,
+    ids: set[str] | None = None,
+) -> float:
+    """Until the gateway's /health lists `n` live workers (all of `ids`, when given); the seconds it took."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        for p in procs:
+            p.check()
+        seen = {str(w.get("id")) for w in live_workers(gateway_url)}
+        if len(seen) >= n and (ids is None or ids <= seen):
+            return time.monotonic() - t0
+        time.sleep(0.1)
+    raise TimeoutError(f"{n} workers {sorted(ids or [])} not live at {gateway_url} within {timeout} s")
+
+
+def cluster_counters(gateway_url: str) -> dict[str, float]:
+    """The gateway's `outpost_cluster_*` figures from /metrics (labels summed), by name without prefix."""
+    try:
+        text = httpx.get(f"{gateway_url}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("outpost_cluster_"):
+            continue
+        name_labels, _, value = line.rpartition(" ")
+        name = name_labels.split("{")[0].removeprefix("outpost_cluster_").removesuffix("_total")
+        try:
+            out[name] = out.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds of a process (its threads included), from /proc."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
