@@ -43,7 +43,8 @@ def _add_kernel_flags(p: argparse.ArgumentParser, default: str | None) -> None:
         "--flash-attn",
         choices=["auto", "on", "off"],
         default=default,
-        help="flash attention (default auto = on for CPU; off decodes faster at short depth on small CPUs)",
+        help="flash attention (default auto: off on the CPU, where llama.cpp's kernel is slow for "
+        "decode steps and short chunks; llama.cpp's auto with -ngl)",
     )
     p.add_argument(
         "--repack",

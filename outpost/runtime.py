@@ -107,7 +107,7 @@ class Engine:
 def _prefill_budget(asked: Asked | None, runner: ModelRunner, n_slots: int) -> PrefillBudget:
     """The budget for `asked`, measured on this (the engine) thread where `auto` needs it."""
     config = runner.model.config
-    floor = budget_floor(config.effective_n_ubatch, config.flash_attn != "off")  # CPUs: auto is on
+    floor = budget_floor(config.effective_n_ubatch, config.effective_flash_attn != "off")
     started = time.perf_counter()
     budget = resolve_prefill_budget(asked, n_slots, runner.model.n_batch, floor, runner.measure_step_times)
     took_ms = (time.perf_counter() - started) * 1e3

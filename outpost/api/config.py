@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from outpost.engine.config import EngineConfig
+from outpost.engine.config import EngineConfig, resolve_flash_attn
 from outpost.sizing import Plan
 
 MiB = 1024 * 1024
@@ -173,7 +173,8 @@ def sized_config(config: ServerConfig) -> tuple[ServerConfig, Plan]:
         threads=given(config.threads),
         n_ubatch=config.ubatch_size,
         n_batch=config.batch_size,
-        flash_attn=config.flash_attn,
+        flash_attn=resolve_flash_attn(config.flash_attn, config.n_gpu_layers),
+        kv_unified=config.kv_unified,
         check_memory=config.n_gpu_layers == 0,
     )
     plan = size_for_model(config.model_path, asked)

@@ -18,6 +18,20 @@ def available_cpus() -> int:
     return read_cores().count
 
 
+def resolve_flash_attn(asked: str, n_gpu_layers: int) -> Literal["on", "off", "auto"]:
+    """Flash attention as llama.cpp gets it. `auto` means llama.cpp's auto (on where supported)
+    with GPU layers, and off on the CPU: llama.cpp's CPU kernel works in tiles of 64 query rows and
+    takes a row at a time below that, so every decode step (one row per sequence) and every prompt
+    chunk shorter than 64 per KV stream pays for it. Measured here (135M q4_0, 2 threads, 8 KV
+    streams): decode at depth 128 283 vs 236 tok/s with it off vs on, at depth 600 192 vs 102;
+    8 requests sharing a 511-token system prompt (40-token tails, one stream each) 1.4 vs 2.9 s to
+    their first tokens. The plain attention it replaces keeps the scores for every attended cell,
+    which sizing counts (outpost/sizing/plan.py)."""
+    if asked == "auto":
+        return "off" if n_gpu_layers == 0 else "auto"
+    return "on" if asked == "on" else "off"
+
+
 class EngineConfig(BaseModel):
     """Load and context parameters; field names follow llama.cpp's."""
 
@@ -54,6 +68,11 @@ class EngineConfig(BaseModel):
     use_mmap: bool = True
     use_mlock: bool = False
     chat_template: str | None = Field(None, description="jinja template overriding the GGUF's own")
+
+    @property
+    def effective_flash_attn(self) -> Literal["on", "off", "auto"]:
+        """What llama.cpp gets: `auto` is off when the model runs on the CPU (see resolve_flash_attn)."""
+        return resolve_flash_attn(self.flash_attn, self.n_gpu_layers)
 
     @property
     def weight_layout(self) -> WeightLayout:

@@ -106,7 +106,7 @@ class LoadedModel:
         params.n_seq_max = cfg.n_seq_max
         params.n_threads = cfg.n_threads
         params.n_threads_batch = cfg.n_threads_batch or cfg.n_threads
-        params.flash_attn_type = _FLASH_ATTN[cfg.flash_attn]
+        params.flash_attn_type = _FLASH_ATTN[cfg.effective_flash_attn]
         params.type_k = _KV_TYPES[cfg.kv_cache_type]
         params.type_v = _KV_TYPES[cfg.kv_cache_type]
         # Unified: one pool of cells for all slots, shared prefixes cost no extra memory, but every

@@ -47,8 +47,9 @@ class Asked:
     threads: int | None = None
     n_ubatch: int = 512
     n_batch: int = 512
-    flash_attn: str = "auto"
+    flash_attn: str = "auto"  # as llama.cpp gets it (engine/config.py resolve_flash_attn)
     kv_type: str = "f16"
+    kv_unified: str = "auto"  # "on": one pool every token attends over; else a stream per slot
     check_memory: bool = True  # off with GPU layers: their KV and weights live in device memory
 
 
@@ -97,21 +98,23 @@ def _pad(n: int) -> int:
     return -(-n // CELL_ALIGN) * CELL_ALIGN
 
 
-def compute_bytes(model: ModelFootprint, asked: Asked, n_ctx: int) -> int:
+def compute_bytes(model: ModelFootprint, asked: Asked, n_ctx: int, slots: int) -> int:
     """llama.cpp's compute + logits buffers, roughly and on the high side: activations per
     micro-batch token (hidden states and FFN, ~24 floats per embedding unit), a logits row per
     batch token (output buffer) and per micro-batch token (graph), and with flash attention off
-    the attention scores and their softmax over every cell."""
+    the attention scores and their softmax over every cell a token attends over (the whole pool,
+    or its own slot's stream)."""
     ubatch = min(asked.n_ubatch, asked.n_batch)
     total = 4 * ubatch * (model.n_vocab + 24 * model.n_embd) + 4 * asked.n_batch * model.n_vocab
     if asked.flash_attn == "off":
-        total += 2 * 4 * model.n_head * ubatch * n_ctx
+        attended = n_ctx if asked.kv_unified == "on" or slots <= 1 else -(-n_ctx // slots)
+        total += 2 * 4 * model.n_head * ubatch * attended
     return total
 
 
-def reserved_bytes(model: ModelFootprint, asked: Asked, memory: Memory, n_ctx: int) -> int:
+def reserved_bytes(model: ModelFootprint, asked: Asked, memory: Memory, n_ctx: int, slots: int) -> int:
     margin = PROCESS_OVERHEAD + int(SAFETY_SHARE * memory.available)
-    return model.file_bytes + compute_bytes(model, asked, n_ctx) + margin
+    return model.file_bytes + compute_bytes(model, asked, n_ctx, slots) + margin
 
 
 def kv_bytes(model: ModelFootprint, asked: Asked, n_ctx: int, slots: int) -> int:
@@ -131,7 +134,7 @@ def _fitting_positions(model: ModelFootprint, asked: Asked, memory: Memory, slot
     positions = limit - limit % CELL_ALIGN
     while positions >= CELL_ALIGN:
         n_ctx = slots * positions
-        room = memory.available - reserved_bytes(model, asked, memory, n_ctx)
+        room = memory.available - reserved_bytes(model, asked, memory, n_ctx, slots)
         if n_ctx * cell <= AUTO_KV_SHARE * room:
             return positions
         # Shrink towards what fits (the compute estimate shrinks too), at least one step of 256.
@@ -151,7 +154,7 @@ def _auto_context(
         positions = _fitting_positions(model, asked, memory, slots, limit)
     if positions == 0:
         n_ctx = slots * CELL_ALIGN
-        need = reserved_bytes(model, asked, memory, n_ctx) + 2 * kv_bytes(model, asked, n_ctx, slots)
+        need = reserved_bytes(model, asked, memory, n_ctx, slots) + 2 * kv_bytes(model, asked, n_ctx, slots)
         raise NotEnoughMemory(
             f"not enough memory for {plural(slots, 'slot')} of {CELL_ALIGN} positions: the model, its "
             f"buffers and that KV cache need about {human_bytes(need)} with headroom, "
@@ -162,7 +165,7 @@ def _auto_context(
 
 def _check_fits(model: ModelFootprint, asked: Asked, memory: Memory, slots: int, n_ctx: int) -> None:
     need_kv = kv_bytes(model, asked, n_ctx, slots)
-    need = need_kv + reserved_bytes(model, asked, memory, n_ctx)
+    need = need_kv + reserved_bytes(model, asked, memory, n_ctx, slots)
     if asked.check_memory and need > memory.available:
         cell = model.kv_bytes_per_cell(asked.kv_type)
         raise NotEnoughMemory(
@@ -195,7 +198,7 @@ def plan(model: ModelFootprint, memory: Memory, cores: Cores, asked: Asked) -> P
         n_ctx=n_ctx,
         threads=asked.threads if asked.threads is not None else cores.count,
         kv_bytes=kv_bytes(model, asked, n_ctx, slots),
-        reserved_bytes=reserved_bytes(model, asked, memory, n_ctx),
+        reserved_bytes=reserved_bytes(model, asked, memory, n_ctx, slots),
         memory=memory,
         cores=cores,
         model_bytes=model.file_bytes,

@@ -35,7 +35,7 @@ def test_auto_measures_at_start_and_runs_with_a_budget_within_bounds(tiny_model:
         budget = engine.prefill_budget
         times = budget.times
         assert budget.source in ("measured", "fallback") and times is not None
-        assert ATTENTION_TILE <= (budget.tokens or 0) <= 256, "flash attention (auto): the tile at least"
+        assert ATTENTION_TILE <= (budget.tokens or 0) <= 256, "the tile at least"
         assert engine.scheduler_config.prefill_budget == budget.tokens
         assert math.isfinite(times.decode_s) and times.decode_s > 0
         assert [n for n, _ in times.chunks] == [16, 64]

@@ -318,6 +318,12 @@ def test_flash_attention_off_reserves_the_attention_scores() -> None:
     on = plan(SMOL, BIG, Cores(2, "x"), Asked(parallel=1, ctx_size=65536))
     off = plan(SMOL, BIG, Cores(2, "x"), Asked(parallel=1, ctx_size=65536, flash_attn="off"))
     assert off.reserved_bytes - on.reserved_bytes == 2 * 4 * SMOL.n_head * 512 * 65536
+    # A stream per slot: a token attends over its own slot's cells only.
+    streams = plan(SMOL, BIG, Cores(2, "x"), Asked(parallel=8, ctx_size=65536, flash_attn="off"))
+    pooled = plan(
+        SMOL, BIG, Cores(2, "x"), Asked(parallel=8, ctx_size=65536, flash_attn="off", kv_unified="on")
+    )
+    assert pooled.reserved_bytes - streams.reserved_bytes == 2 * 4 * SMOL.n_head * 512 * (65536 - 8192)
 
 
 def test_int_or_auto() -> None:
