@@ -9,10 +9,10 @@ only after the broker has confirmed its cancel (any delivery sent before the can
 first), so the bound holds during a move too.
 
 `CreditPlan` (pure) decides the moves: idle credits go where requests wait (queue depths polled a
-few times a second, and a delivery that took a queue's last idle credit hints at more), and each
-queue keeps at least one credit so nothing waits for a poll (a one-slot worker's only credit
-moves between them). `Intake` carries them out with
-aio-pika and runs each delivery as a task.
+few times a second, and a delivery that took a queue's last idle credit hints at more). A guess
+leaves each queue one credit, so nothing waits for a poll; requests known to wait may take every
+idle credit, so a worker serves all its slots from one queue when only that one has work. `Intake`
+carries them out with aio-pika and runs each delivery as a task.
 """
 
 from __future__ import annotations
@@ -63,10 +63,13 @@ class CreditPlan:
         return sum(c.source == source for c in self.credits)
 
     def moves(self, depths: dict[str, int], hint: str | None = None) -> list[tuple[Credit, str]]:
-        """Idle credits to move so waiting requests find one; at least one credit stays per queue.
+        """Idle credits to move so waiting requests find one.
 
         `depths`: messages ready in each queue (may be stale); `hint`: the queue whose delivery
-        just took its last idle credit (more may be right behind it)."""
+        just took its last idle credit (more may be right behind it). For requests known to wait
+        any idle credit may move; for a hint (a guess) each queue keeps one, so a request arriving
+        there does not wait for a depth poll. Either way a credit leaves a queue only while
+        nothing waits there."""
         if len(self.sources) < 2:
             return []
         idle = {s: [c for c in self.credits if c.source == s and c.idle] for s in self.sources}
@@ -74,11 +77,12 @@ class CreditPlan:
         moves: list[tuple[Credit, str]] = []
         for want, other in ((LANE, SHARED), (SHARED, LANE)):
             waiting = depths.get(want, 0)
+            floor = 0 if waiting > len(idle[want]) else self._floor
             if hint == want and not idle[want]:
                 waiting = max(waiting, 1)
             need = waiting - len(idle[want])
             spare = len(idle[other]) - depths.get(other, 0)
-            while need > 0 and spare > 0 and count[other] > self._floor:
+            while need > 0 and spare > 0 and count[other] > floor:
                 credit = idle[other].pop()
                 moves.append((credit, want))
                 count[other] -= 1

@@ -146,9 +146,13 @@ def test_credits_split_between_lane_and_shared_and_move_to_waiting_requests() ->
     assert len(moves) == 3 and all(to == LANE for _, to in moves)  # 4 idle on the lane + 3 moved
     for credit, to in moves:
         credit.source = to
-    assert plan.count(SHARED) == 1  # one credit always stays on each queue
+    assert plan.count(SHARED) == 1
+    assert plan.moves({}, hint=LANE) == []  # a guess leaves the shared queue its last credit
+    last = plan.moves({LANE: 9, SHARED: 0})  # requests known to wait take it
+    assert [(c.source, to) for c, to in last] == [(SHARED, LANE)]
+    last[0][0].source = LANE
+    assert plan.count(LANE) == 8 and len(plan.credits) == 8  # never more than the slots
     assert plan.moves({LANE: 9, SHARED: 0}) == []
-    assert len(plan.credits) == 8  # never more than the slots
 
 
 def test_busy_credits_do_not_move_and_a_hint_moves_one() -> None:
