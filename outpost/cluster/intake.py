@@ -101,9 +101,13 @@ class Intake:
         queues: dict[str, AbstractQueue],
         slots: int,
         handle: Callable[[AbstractIncomingMessage], Awaitable[None]],
+        probe: AbstractRobustChannel | None = None,
     ) -> None:
+        """probe: a channel with no consumers of these queues, for their depths (RabbitMQ 3.10
+        answers a passive declare on a channel that consumes the queue with 0 ready messages)."""
         self.plan = CreditPlan(slots, LANE in queues)
         self._channel = channel
+        self._probe = probe or channel
         self._queues = queues
         self._handle = handle
         self.tasks: set[asyncio.Task[None]] = set()
@@ -154,7 +158,7 @@ class Intake:
         depths = {}
         for source, queue in self._queues.items():
             # robust=False: aio-pika answers a repeated robust passive declare from its cache.
-            result = await self._channel.declare_queue(queue.name, passive=True, robust=False)
+            result = await self._probe.declare_queue(queue.name, passive=True, robust=False)
             depths[source] = int(result.declaration_result.message_count or 0)
         return depths
 

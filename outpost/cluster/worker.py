@@ -151,7 +151,9 @@ class Worker:
                 delay = min(delay * 2, 5.0)
 
     async def _setup(self, conn: AbstractRobustConnection) -> Intake:
-        self._pub = await conn.channel(publisher_confirms=True, on_return_raises=True)
+        pub = await conn.channel(publisher_confirms=True, on_return_raises=True)
+        assert isinstance(pub, AbstractRobustChannel)  # a robust connection's channels are
+        self._pub = pub
         self._control, self._status = await topology.declare_common(self._pub)
         consume_ch = await conn.channel()
         assert isinstance(consume_ch, AbstractRobustChannel)  # a robust connection's channels are
@@ -168,7 +170,9 @@ class Worker:
         self._private = topology.reply_queue(f"worker.{self.worker_id}")
         private_q = await side.declare_queue(self._private, exclusive=True, auto_delete=True)
         await private_q.consume(self._on_private, no_ack=True)
-        intake = Intake(consume_ch, {LANE: lane, SHARED: shared}, self.engine.slots_total, self._handle)
+        intake = Intake(
+            consume_ch, {LANE: lane, SHARED: shared}, self.engine.slots_total, self._handle, probe=pub
+        )
         self._intake = intake
         await intake.start()
         return intake
