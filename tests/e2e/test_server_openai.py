@@ -189,13 +189,17 @@ def test_tokenize_detokenize_apply_template(http: httpx.Client) -> None:
 def test_health_and_metrics(server: Server, http: httpx.Client) -> None:
     h = http.get("/health")
     assert h.status_code == 200
-    assert h.json() == {
+    body = h.json()
+    budget = body.pop("prefill_budget")
+    assert body == {
         "status": "ok",
         "model": "tiny-f16",
         "slots_total": 4,
         "slots_busy": 0,
         "queue_depth": 0,
     }
+    # the step's prompt-token budget chosen at start (auto): at least the floor, at most n_batch
+    assert isinstance(budget, int) and 64 <= budget <= 512
     text = http.get("/metrics").text
     for name in (
         "outpost_time_to_first_token_seconds_bucket",

@@ -196,3 +196,20 @@ def test_a_worker_never_holds_more_requests_than_slots(rabbitmq: Any) -> None:
 
     run(main())
     assert engine.max_running <= 3
+
+
+def test_a_worker_runs_all_its_slots_from_the_shared_queue(rabbitmq: Any) -> None:
+    """Half the credits start on the lane; with only shared work they all move there, the last one
+    too, once a request is seen waiting (a depth read on a consuming channel would say 0)."""
+    engine = CountingEngine(slots=4, step_s=0.05)
+
+    async def main() -> None:
+        async with fleet(rabbitmq) as f:
+            gateway = await f.gateway()
+            await f.worker("only", engine)
+            streams = [await gateway.submit(req([3, 4, i], max_tokens=2000)) for i in range(4)]
+            await until(lambda: engine.running == 4, "all four slots busy with shared requests")
+            for stream in streams:
+                await stream.aclose()
+
+    run(main())
