@@ -45,6 +45,7 @@ class FakeEngine:
 
     def __init__(self, slots: int, interval: float) -> None:
         self.slots_total = slots
+        self.kv_cells = 4096 * slots
         self.interval = interval
         self._cv = threading.Condition()
         self._heap: list[tuple[float, int, _Stream]] = []

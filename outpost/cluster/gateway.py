@@ -337,6 +337,7 @@ class GatewayLink:
             hb.draining,
             frozenset(hb.prefixes),
             hb.prefill_tps,
+            hb.cache_blocks,
         )
         self.workers[hb.worker_id] = WorkerSeen(hb, view, time.time(), time.monotonic())
         router = self.routers.get(hb.model)

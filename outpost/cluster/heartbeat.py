@@ -26,6 +26,7 @@ class Heartbeat:
     lane: str | None = None  # its own queue for requests routed to it by prefix
     prefixes: tuple[str, ...] = ()  # block hashes of what its slots hold (prefix.py)
     prefill_tps: float = 0.0  # prompt tokens per second it evaluates (recent requests)
+    cache_blocks: int = 0  # prefix blocks its KV cache can hold (cells / BLOCK); 0: unknown
 
 
 def encode_heartbeat(hb: Heartbeat) -> bytes:
@@ -41,6 +42,7 @@ def encode_heartbeat(hb: Heartbeat) -> bytes:
             "lane": hb.lane,
             "prefixes": list(hb.prefixes),
             "prefill_tps": round(hb.prefill_tps, 1),
+            "cache_blocks": hb.cache_blocks,
         }
     )
 
@@ -62,6 +64,7 @@ def decode_heartbeat(body: bytes) -> Heartbeat:
             None if lane is None else str(lane),
             tuple(str(h) for h in prefixes),
             float(d.get("prefill_tps", 0.0)),
+            int(d.get("cache_blocks", 0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed heartbeat: {exc!r}") from exc

@@ -31,6 +31,11 @@ class LocalEngine(Protocol):
         """The token sequences the slots' KV cache holds (what the worker advertises)."""
         ...
 
+    @property
+    def kv_cells(self) -> int:
+        """The KV cache's size in token cells, all slots together (what placement fills)."""
+        ...
+
 
 class RuntimeEngine:
     """`outpost.runtime.Engine` seen as a LocalEngine (its core's submit calls the sink per step).
@@ -47,6 +52,10 @@ class RuntimeEngine:
     @property
     def slots_total(self) -> int:
         return int(self.engine.scheduler_config.n_slots)
+
+    @property
+    def kv_cells(self) -> int:
+        return int(self.engine.scheduler_config.n_ctx)
 
     def submit(self, request: GenerateRequest, sink: Callable[[TokenEvent], None]) -> None:
         self.engine.core.submit(request, sink)

@@ -10,8 +10,10 @@ state and mostly agree:
   rendezvous hash, which every gateway computes alike);
 - a long prompt nobody holds yet is placed by rendezvous hashing on its leading blocks, so the
   next request with the same system prompt, from any gateway, lands on the same worker before
-  its heartbeat says so; a worker busier than 1.25x the fair share is passed over for the next
-  in rendezvous order (bounded loads: hot prefixes spread), and with no free slot anywhere the
+  its heartbeat says so; a worker busier than 1.25x the fair share, or whose KV cache has no
+  room left for the prompt's blocks (its advertised size less what it holds), is passed over
+  for the next in rendezvous order (bounded loads: hot prefixes spread, and prefixes fill the
+  caches instead of evicting each other on one worker), and with no free slot anywhere the
   shared queue balances it (whoever pulls it will hold the prefix and advertise it);
 - everything else goes to the shared queue, where workers pull as they have free slots.
 
@@ -53,6 +55,7 @@ class WorkerView:
     draining: bool = False
     prefixes: frozenset[str] = frozenset()
     prefill_tps: float = 0.0
+    cache_blocks: int = 0  # prefix blocks its KV cache can hold; 0: unknown (no room check)
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ class Router:
             tps = home.prefill_tps or DEFAULT_PREFILL_TPS
             route = Route(home.lane or "", home.worker_id, best * BLOCK / tps, best * BLOCK, "prefix")
         elif len(hashes) * BLOCK >= PLACE_MIN_TOKENS:
-            placed = self._place(hashes[min(len(hashes), PLACE_BLOCKS) - 1], live)
+            placed = self._place(hashes, live, now)
             if placed is None:
                 return Route(self.shared_queue), hashes
             route = Route(placed.lane or "", placed.worker_id, MIN_WINDOW_S, 0, "placed")
@@ -129,17 +132,37 @@ class Router:
         """A fresh heartbeat counts every earlier publish to that worker."""
         self.since_heartbeat.pop(worker_id, None)
 
-    def _place(self, key: str, live: Sequence[WorkerView]) -> WorkerView | None:
+    def _place(self, hashes: Sequence[str], live: Sequence[WorkerView], now: float) -> WorkerView | None:
         """The worker a new prefix goes to: the first in rendezvous order whose load is within
-        (1 + LOAD_SLACK) x the fair share (consistent hashing with bounded loads), so a few hot
-        prefixes do not all land on one worker; None when none has a free slot."""
+        (1 + LOAD_SLACK) x the fair share (consistent hashing with bounded loads, so a few hot
+        prefixes do not all land on one worker) and whose KV cache has room for the prompt's
+        blocks (so a worker is not handed a third system prompt while another holds one: it would
+        evict one of its own and the two would take turns missing); with no room anywhere, the
+        one with the most. None when no worker has a free slot."""
+        key = hashes[min(len(hashes), PLACE_BLOCKS) - 1]
         ranked = sorted(live, key=lambda w: _score(key, w.worker_id), reverse=True)
         loads = {w.worker_id: w.slots_busy + self.since_heartbeat.get(w.worker_id, 0) for w in live}
         bound = math.ceil((sum(loads.values()) + 1) * (1 + LOAD_SLACK) / len(live))
-        for worker in ranked:
-            if loads[worker.worker_id] < bound and self._free(worker) > 0:
+        fair = [w for w in ranked if loads[w.worker_id] < bound and self._free(w) > 0]
+        if not fair:
+            return None
+        room = {w.worker_id: self._room(w, now) for w in fair}
+        for worker in fair:
+            if room[worker.worker_id] >= len(hashes):
                 return worker
-        return None
+        return max(fair, key=lambda w: room[w.worker_id])
+
+    def _room(self, worker: WorkerView, now: float) -> float:
+        """Blocks the worker's cache can take without evicting: its size less what it advertises
+        and what this gateway sent it since (not yet in a heartbeat)."""
+        if worker.cache_blocks <= 0:
+            return math.inf
+        pending = sum(
+            1
+            for h, sent in self.memory.items()
+            if sent.worker_id == worker.worker_id and sent.until >= now and h not in worker.prefixes
+        )
+        return worker.cache_blocks - len(worker.prefixes) - pending
 
     def _matched(self, worker: WorkerView, hashes: Sequence[str], now: float) -> int:
         advertised = matched_blocks(hashes, worker.prefixes)

@@ -39,7 +39,7 @@ from outpost.cluster import embed, topology, wire
 from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat
 from outpost.cluster.intake import LANE, SHARED, Intake
 from outpost.cluster.local_engine import LocalEngine
-from outpost.cluster.prefix import PrefixIndex
+from outpost.cluster.prefix import BLOCK, PrefixIndex
 from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
 
 if TYPE_CHECKING:
@@ -194,6 +194,7 @@ class Worker:
             self.lane,
             tuple(self._prefixes.hashes(self.engine.cached_sequences())),
             self.prefill_tps,
+            self.engine.kv_cells // BLOCK,
         )
         message = aio_pika.Message(encode_heartbeat(hb), expiration=topology.WORKER_TTL_S)
         await self._status.publish(message, routing_key="", mandatory=False, timeout=5)

@@ -26,6 +26,7 @@ class CountingEngine:
 
     def __init__(self, slots: int = 2, step_s: float = 0.01) -> None:
         self.slots_total = slots
+        self.kv_cells = 4096
         self.step_s = step_s
         self._aborted: set[str] = set()
         self._lock = threading.Lock()
@@ -135,6 +136,7 @@ class ScriptedEngine:
         config = SchedulerConfig(n_slots=slots, n_ctx=512, n_ctx_seq=256, max_queue=4, step_token_budget=64)
         self.runner = runner
         self.slots_total = slots
+        self.kv_cells = config.n_ctx
         self.core = EngineCore(Scheduler(config, runner.piece), runner, step_delay=0.0)
 
     def submit(self, request: GenerateRequest, sink: Callable[[TokenEvent], None]) -> None:

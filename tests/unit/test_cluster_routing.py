@@ -130,6 +130,45 @@ def test_what_a_gateway_sent_counts_until_the_heartbeat_does() -> None:
     assert router.route([*system, 2], workers, now=99.0)[0].reason == "placed"
 
 
+def test_a_new_prefix_goes_where_the_cache_has_room_for_it() -> None:
+    """Four system prompts, two workers whose caches hold two each: placement fills both caches
+    instead of handing one worker a third prompt (it would evict one of its own)."""
+
+    def home(system: list[int]) -> str | None:  # rendezvous alone (cache size unknown)
+        return Router(SHARED_Q).route(system, [worker(w, slots=8) for w in "ab"], 0.0)[0].worker_id
+
+    candidates = [tokens(16 * BLOCK, 100 + k) for k in range(12)]
+    systems = [s for s in candidates if home(s) == "a"][:3] + [s for s in candidates if home(s) == "b"][:1]
+    assert len(systems) == 4  # rendezvous alone would put three of the four on "a"
+
+    def view(wid: str, held: list[list[int]]) -> WorkerView:
+        return worker(wid, slots=8, held=held, cache_blocks=40)
+
+    placed: dict[str, list[list[int]]] = {"a": [], "b": []}
+    for system in systems:  # one at a time, each placement advertised before the next
+        route, _ = Router(SHARED_Q).route([*system, 1, 2], [view(w, placed[w]) for w in "ab"], 0.0)
+        assert route.reason == "placed" and route.worker_id is not None
+        placed[route.worker_id].append(system)
+    assert sorted(len(v) for v in placed.values()) == [2, 2]
+
+    # Before any heartbeat: what this gateway sent counts against the room.
+    router = Router(SHARED_Q)
+    empty = [view(w, []) for w in "ab"]
+    homes = []
+    for system in systems:
+        route, hashes = router.route([*system, 3], empty, 0.0)
+        router.published(route, hashes, 0.0)
+        homes.append(route.worker_id)
+    assert sorted(homes.count(w) for w in "ab") == [2, 2]
+
+    # With no room anywhere: the worker with the most; unknown size (0): rendezvous as before.
+    full = [view("a", systems[:2]), view("b", systems[2:3])]
+    assert Router(SHARED_Q).route([*tokens(16 * BLOCK, 7), 1], full, 0.0)[0].worker_id == "b"
+    unknown = [worker(w, slots=8, held=systems[:3] if w == "a" else []) for w in "ab"]
+    first = {Router(SHARED_Q).route(tokens(16 * BLOCK, s), unknown, 0.0)[0].worker_id for s in range(20)}
+    assert first == {"a", "b"}
+
+
 # -- the worker's credits -----------------------------------------------------------------------
 
 

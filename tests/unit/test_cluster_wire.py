@@ -132,7 +132,16 @@ def test_wrong_kind_and_garbage_are_errors() -> None:
 def test_resume_and_heartbeat_round_trip() -> None:
     state = wire.ResumeState("r3", attempt=2, seq=7, token_ids=[1, 2, 3])
     assert wire.decode_resume(wire.encode_resume(state)) == state
-    hb = Heartbeat("w1", "tiny", 4, 1, lane="outpost.lane.tiny.w1", prefixes=("ab" * 8,), prefill_tps=512.5)
+    hb = Heartbeat(
+        "w1",
+        "tiny",
+        4,
+        1,
+        lane="outpost.lane.tiny.w1",
+        prefixes=("ab" * 8,),
+        prefill_tps=512.5,
+        cache_blocks=64,
+    )
     assert decode_heartbeat(encode_heartbeat(hb)) == hb
     old = wire.dumps({"kind": "heartbeat", "id": "w0", "model": "tiny", "slots_total": 2, "slots_busy": 0})
     assert decode_heartbeat(old) == Heartbeat("w0", "tiny", 2, 0)  # before lanes: no lane, no prefixes
