@@ -84,6 +84,7 @@ def _scenario_flags(p: argparse.ArgumentParser) -> None:
     add = p.add_argument
     add("--requests", type=int, default=32, help="(a, b) measured requests per level (b: per worker)")
     add("--warmup", type=int, default=4, help="(a, b) warmup requests per level")
+    add("--a-rounds", type=int, default=3, help="(a) rounds, serve and gateway alternating")
     add("--max-tokens", type=int, default=64, help="(a, b, e) output tokens")
     add("--input-tokens", type=int, default=120, help="(a, b, e) prompt tokens")
     add("--prefix-tokens", type=int, default=1000, help="(c) tokens of each of the 4 system prompts")

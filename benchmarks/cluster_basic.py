@@ -3,6 +3,7 @@ worker, and a burst at a bounded queue. Each starts its own broker and processes
 
 from __future__ import annotations
 
+import statistics
 from contextlib import ExitStack
 from typing import Any
 
@@ -10,7 +11,8 @@ from cluster_common import Ctx, bench, ms, ratio, run_of, target
 from cluster_procs import Broker, cpu_set, engine_args, gateway, pinned, serve, wait_workers, worker
 from common import log
 
-from outpost.bench.records import RequestRecord, RunSummary
+from outpost.bench.records import RequestRecord, RunSummary, Stats
+from outpost.bench.stats import stats
 
 A_SLOTS = 8
 A_LEVELS = (1, 8)
@@ -20,18 +22,42 @@ def _ttfts(records: list[RequestRecord]) -> list[float]:
     return [round(r.ttft_s * 1000.0, 2) for r in records if r.ok and r.ttft_s is not None]
 
 
-def _level_a(direct: RunSummary, via: RunSummary) -> dict[str, Any]:
-    added50 = ms((via.ttft_s.p50 or 0) - (direct.ttft_s.p50 or 0))
-    added99 = ms((via.ttft_s.p99 or 0) - (direct.ttft_s.p99 or 0))
+def _level_a(direct: list[RunSummary], via: list[RunSummary], pooled: tuple[Stats, Stats]) -> dict[str, Any]:
+    """One level over every round: TTFT percentiles of the pooled requests, tok/s the rounds' median."""
+    d, v = pooled
+    direct_tps = statistics.median(r.output_tok_s for r in direct)
+    via_tps = statistics.median(r.output_tok_s for r in via)
     return {
-        "serve_ttft_ms": {"p50": ms(direct.ttft_s.p50), "p99": ms(direct.ttft_s.p99)},
-        "gateway_ttft_ms": {"p50": ms(via.ttft_s.p50), "p99": ms(via.ttft_s.p99)},
-        "added_ttft_ms": {"p50": added50, "p99": added99},
-        "serve_output_tok_s": round(direct.output_tok_s, 2),
-        "gateway_output_tok_s": round(via.output_tok_s, 2),
-        "throughput_ratio": ratio(via.output_tok_s, direct.output_tok_s),
-        "errors": {"serve": direct.errors, "gateway": via.errors},
+        "serve_ttft_ms": {"p50": ms(d.p50), "p99": ms(d.p99)},
+        "gateway_ttft_ms": {"p50": ms(v.p50), "p99": ms(v.p99)},
+        "added_ttft_ms": {"p50": ms((v.p50 or 0) - (d.p50 or 0)), "p99": ms((v.p99 or 0) - (d.p99 or 0))},
+        "serve_output_tok_s": round(direct_tps, 2),
+        "gateway_output_tok_s": round(via_tps, 2),
+        "rounds_output_tok_s": {
+            "serve": [round(r.output_tok_s, 2) for r in direct],
+            "gateway": [round(r.output_tok_s, 2) for r in via],
+        },
+        "throughput_ratio": ratio(via_tps, direct_tps),
+        "errors": {"serve": sum(r.errors for r in direct), "gateway": sum(r.errors for r in via)},
     }
+
+
+def _rounds_a(
+    ctx: Ctx, urls: dict[str, str]
+) -> dict[tuple[str, int], list[tuple[RunSummary, list[RequestRecord]]]]:
+    """--a-rounds rounds; each runs both levels on serve and on the gateway, the order swapped every
+    round, so a drift of the machine's speed during the run falls on both alike."""
+    args = ctx.args
+    levels = ",".join(str(v) for v in A_LEVELS)
+    runs: dict[tuple[str, int], list[tuple[RunSummary, list[RequestRecord]]]] = {}
+    for n in range(args.a_rounds):
+        order = list(urls) if n % 2 == 0 else list(reversed(urls))
+        log(f"(a) round {n + 1} of {args.a_rounds}: {' then '.join(order)}")
+        result = bench(ctx, {label: urls[label] for label in order}, levels, args.requests, args.warmup)
+        for label in urls:
+            for level in A_LEVELS:
+                runs.setdefault((label, level), []).append(run_of(result, label, level))
+    return runs
 
 
 def scenario_a(ctx: Ctx) -> dict[str, Any]:
@@ -48,30 +74,40 @@ def scenario_a(ctx: Ctx) -> dict[str, Any]:
         w = stack.enter_context(worker(broker, engine, args.engine_cpus, ctx.logs, "a-w0"))
         gw, _ = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 1024, args.infra_cpus))
         wait_workers(gw, 1, [w])
-        levels = ",".join(str(v) for v in A_LEVELS)
-        result = bench(ctx, {"serve": serve_url, "gateway": gw}, levels, args.requests, args.warmup)
+        runs = _rounds_a(ctx, {"serve": serve_url, "gateway": gw})
     out: dict[str, Any] = {
         "setup": {
             "engine": " ".join(engine[2:]),
             "engine_cpus": args.engine_cpus,
             "infra_cpus": args.infra_cpus,
+            "rounds": args.a_rounds,
             "note": "serve and the worker: the same engine flags on the same CPUs, started together "
-            "(the idle one costs nothing); each level runs on serve, then on the gateway",
+            "(the idle one costs nothing); each round runs both levels on serve and on the gateway, "
+            "the order swapped every round; TTFT percentiles pool every round's requests, tok/s is "
+            "the median of the rounds",
         },
         "samples_ttft_ms": {},
         "targets": [],
     }
     for level in A_LEVELS:
-        direct, direct_records = run_of(result, "serve", level)
-        via, via_records = run_of(result, "gateway", level)
-        out[f"streams_{level}"] = row = _level_a(direct, via)
-        out["samples_ttft_ms"][str(level)] = {"serve": _ttfts(direct_records), "gateway": _ttfts(via_records)}
+        direct = [rec for _, recs in runs[("serve", level)] for rec in recs]
+        via = [rec for _, recs in runs[("gateway", level)] for rec in recs]
+        pooled = (_ttft_stats(direct), _ttft_stats(via))
+        row = _level_a(
+            [s for s, _ in runs[("serve", level)]], [s for s, _ in runs[("gateway", level)]], pooled
+        )
+        out[f"streams_{level}"] = row
+        out["samples_ttft_ms"][str(level)] = {"serve": _ttfts(direct), "gateway": _ttfts(via)}
         out["targets"] += [
             target(f"{level} streams: added TTFT p50 (ms)", row["added_ttft_ms"]["p50"], 2, True),
             target(f"{level} streams: added TTFT p99 (ms)", row["added_ttft_ms"]["p99"], 10, True),
             target(f"{level} streams: throughput ratio", row["throughput_ratio"], 0.95, False),
         ]
     return out
+
+
+def _ttft_stats(records: list[RequestRecord]) -> Stats:
+    return stats([r.ttft_s for r in records if r.ok])
 
 
 def scenario_b(ctx: Ctx) -> dict[str, Any]:
