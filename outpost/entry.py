@@ -1,6 +1,6 @@
 """The `outpost` console script: puts the model-loading commands on huge pages, then runs the CLI.
 
-`outpost run` and `outpost serve` re-execute themselves once with glibc's hugetlb tunable
+`outpost run`, `outpost serve` and `outpost worker` re-execute themselves once with glibc's hugetlb tunable
 (`outpost/engine/hugepages.py`). Doing it here, before `outpost.cli` imports its dependencies,
 makes the second start cost ~0.03 s instead of ~0.4 s.
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from outpost.engine.hugepages import reexec_with_hugepages
 
-MODEL_COMMANDS = frozenset({"run", "serve"})
+MODEL_COMMANDS = frozenset({"run", "serve", "worker"})
 
 
 def subcommand(argv: Sequence[str]) -> str | None:

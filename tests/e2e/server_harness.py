@@ -153,3 +153,11 @@ def sse_events(lines: Any) -> list[Any]:
             payload = line[len("data: ") :]
             out.append(payload if payload == "[DONE]" else json.loads(payload))
     return out
+
+
+def anon_huge_pages_kb(pid: int) -> int:
+    """A process's anonymous memory on transparent huge pages, in KiB."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+    raise AssertionError("no AnonHugePages line in smaps_rollup")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_harness import OUTPOST, Server, assert_openai_error, paced, sse_events
+from server_harness import OUTPOST, Server, anon_huge_pages_kb, assert_openai_error, paced, sse_events
 
 from outpost.engine.hugepages import OPT_OUT, environ_with_hugepages, glibc_version, thp_mode
 
@@ -115,16 +115,9 @@ def test_serve_runs_llama_cpp_buffers_on_huge_pages_unless_opted_out(tiny_model:
             server.wait_ready()
             environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
             assert (b"GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in environ) is not opted_out
-            huge_kb = _anon_huge_pages_kb(server.proc.pid)
+            huge_kb = anon_huge_pages_kb(server.proc.pid)
             assert (huge_kb == 0) if opted_out else (huge_kb >= 2048), huge_kb
             r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "Hi", "max_tokens": 4}, timeout=60)
             assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
         finally:
             server.stop()
-
-
-def _anon_huge_pages_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("AnonHugePages:"):
-            return int(line.split()[1])
-    raise AssertionError("no AnonHugePages line in smaps_rollup")
