@@ -3,7 +3,7 @@
 Not a test. Run (it starts `outpost serve` itself on a free loopback port, a synthetic
 SmolLM2-135M-shaped q4_0 model from benchmarks/common.py, pinned with taskset when --cpus is given):
 
-    python benchmarks/soak.py --duration 1200 --cpus 1 -t 1 -np 4 -c 1024 --max-queue 16
+    python benchmarks/soak.py --duration 1200 --cpus 1 -t 1 -np 4 -c 4096 --max-queue 16
     python benchmarks/soak.py --url http://127.0.0.1:8080 --pid $(pgrep -f 'outpost serve') \
         --max-queue 64 --duration 600        # a running server (RSS from /proc/PID, or its /metrics)
 
@@ -77,7 +77,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shape", default="smollm2-135m")
     p.add_argument("--quant", default="q4_0")
     p.add_argument("-np", "--parallel", type=int, default=4)
-    p.add_argument("-c", "--ctx-size", type=int, default=1024, help="one KV pool: also the per-request limit")
+    p.add_argument(
+        "-c",
+        "--ctx-size",
+        type=int,
+        default=4096,
+        help="KV cells, all slots (a stream per slot: c / np per request)",
+    )
     p.add_argument("-t", "--threads", type=int, help="default: the cores of --cpus, else all usable")
     p.add_argument("--max-queue", type=int, default=16, help="the server's (sizes the bursts)")
     p.add_argument("--cpus", help="pin the server with taskset -c CPUS (e.g. 1, or 2-5)")
