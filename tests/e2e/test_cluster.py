@@ -296,19 +296,35 @@ def test_queue_full_429_and_expired_504(
         def post() -> httpx.Response:
             return httpx.post(f"{gateway.url}/v1/completions", json=body, timeout=60)
 
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
             waiting = [pool.submit(post) for _ in range(2)]
-            gateway.wait_until(lambda h: h.get("queues", {}).get(lonely.stem) == 2, "two queued", 30)
-            # A quorum queue takes one message past its limit: of three more, one or two wait.
-            extra = [pool.submit(post) for _ in range(3)]
-            rejected = [r for r in (f.result(timeout=60) for f in extra) if r.status_code == 429]
-            assert 1 <= len(rejected) <= 2, [f.result().status_code for f in extra]
-            assert rejected[0].headers["retry-after"].isdigit()
-            assert_openai_error(rejected[0], 429)
+            depth = gateway.wait_until(lambda h: _depth(h, lonely.stem) == 2, "two queued", 30)
+            # A quorum queue takes one message past its limit, and RabbitMQ applies a policy to a
+            # queue asynchronously: send one more at a time until one is refused, each either
+            # answered (a 429 comes back at once) or seen waiting in the queue, never timed.
+            rejected = None
+            for _ in range(6):
+                extra = pool.submit(post)
+                seen = _depth(depth, lonely.stem)
+                depth = gateway.wait_until(
+                    lambda h, seen=seen, f=extra: f.done() or _depth(h, lonely.stem) > seen,
+                    "answer or queued",
+                    30,
+                )
+                if extra.done() or _depth(depth, lonely.stem) <= seen:
+                    rejected = extra.result(timeout=60)
+                    break
+            assert rejected is not None, "six requests past --max-queue 2 were all queued"
+            assert rejected.headers["retry-after"].isdigit()
+            assert_openai_error(rejected, 429)
             for f in waiting:
                 assert_openai_error(f.result(timeout=60), 504)  # expired in the queue: no worker
     finally:
         gateway.stop()
+
+
+def _depth(health: dict[str, Any], model: str) -> int:
+    return int(health.get("queues", {}).get(model) or 0)
 
 
 def _busy(health: dict[str, Any]) -> int:
