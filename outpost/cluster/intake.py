@@ -101,13 +101,13 @@ class Intake:
         queues: dict[str, AbstractQueue],
         slots: int,
         handle: Callable[[AbstractIncomingMessage], Awaitable[None]],
-        probe: AbstractRobustChannel | None = None,
+        probe: AbstractRobustChannel,
     ) -> None:
         """probe: a channel with no consumers of these queues, for their depths (RabbitMQ 3.10
         answers a passive declare on a channel that consumes the queue with 0 ready messages)."""
         self.plan = CreditPlan(slots, LANE in queues)
         self._channel = channel
-        self._probe = probe or channel
+        self._probe = probe
         self._queues = queues
         self._handle = handle
         self.tasks: set[asyncio.Task[None]] = set()

@@ -146,23 +146,22 @@ class Router:
         fair = [w for w in ranked if loads[w.worker_id] < bound and self._free(w) > 0]
         if not fair:
             return None
-        room = {w.worker_id: self._room(w, now) for w in fair}
+        room = self._room(fair, now)
         for worker in fair:
             if room[worker.worker_id] >= len(hashes):
                 return worker
         return max(fair, key=lambda w: room[w.worker_id])
 
-    def _room(self, worker: WorkerView, now: float) -> float:
-        """Blocks the worker's cache can take without evicting: its size less what it advertises
-        and what this gateway sent it since (not yet in a heartbeat)."""
-        if worker.cache_blocks <= 0:
-            return math.inf
-        pending = sum(
-            1
-            for h, sent in self.memory.items()
-            if sent.worker_id == worker.worker_id and sent.until >= now and h not in worker.prefixes
-        )
-        return worker.cache_blocks - len(worker.prefixes) - pending
+    def _room(self, workers: Sequence[WorkerView], now: float) -> dict[str, float]:
+        """Blocks each worker's cache can take without evicting: its size less what it advertises
+        and what this gateway sent it since (not yet in a heartbeat); inf where the size is unknown."""
+        views = {w.worker_id: w for w in workers}
+        room = {w.worker_id: float(w.cache_blocks - len(w.prefixes)) for w in workers}
+        for h, sent in self.memory.items():  # one pass over what this gateway remembers
+            view = views.get(sent.worker_id)
+            if view is not None and sent.until >= now and h not in view.prefixes:
+                room[sent.worker_id] -= 1
+        return {wid: (math.inf if views[wid].cache_blocks <= 0 else r) for wid, r in room.items()}
 
     def _matched(self, worker: WorkerView, hashes: Sequence[str], now: float) -> int:
         advertised = matched_blocks(hashes, worker.prefixes)
