@@ -12,12 +12,13 @@ processes (their logs in OUT/logs/), load from this process. CPU pinning (taskse
 and `--infra-cpus` for (a), `--worker-cpus` (worker i on the i-th, round robin) for (b)-(e),
 `--gateway-cpus` and `--fake-cpus` for (f); "" leaves a part unpinned.
 
-(a) the chat workload of `outpost bench` (distinct prompts of `--input-tokens`, `--max-tokens`
-    streamed outputs, end-of-generation banned) at 1 and 8 streams against `outpost serve` and
-    against gateway + broker + one worker: the same engine flags (-np 8, -c 8192, -t = the count of
-    --engine-cpus) on the same CPUs, both started together; the broker, the gateway and the load
-    generator on --infra-cpus. Each level runs on serve, then on the gateway. Added TTFT p50/p99 and
-    the throughput ratio.
+(a) the chat workload of `outpost bench` (distinct prompts of `--input-tokens`, streamed outputs of
+    `--max-tokens` +- `--a-output-std`, end-of-generation banned; the users start over
+    `--a-ramp-up` s) at 1 and 8 streams against `outpost serve` and against gateway + broker + one
+    worker: the same engine flags (-np 8, -c 8192, -t = the count of --engine-cpus) on the same
+    CPUs, both started together; the broker, the gateway and the load generator on --infra-cpus.
+    `--a-rounds` rounds, serve and the gateway alternating. Added TTFT p50/p99 and the throughput
+    ratio.
 (b) 1 vs 2 workers (-t 1 each, each on its own --worker-cpus core), 8 streams per worker: aggregate
     output tokens/s. The broker, the gateway and the load generator are not pinned: they share the
     cores with the workers.
@@ -82,9 +83,12 @@ def _general(p: argparse.ArgumentParser) -> None:
 
 def _scenario_flags(p: argparse.ArgumentParser) -> None:
     add = p.add_argument
-    add("--requests", type=int, default=32, help="(a, b) measured requests per level (b: per worker)")
+    add("--requests", type=int, default=32, help="(b) measured requests per worker")
     add("--warmup", type=int, default=4, help="(a, b) warmup requests per level")
     add("--a-rounds", type=int, default=3, help="(a) rounds, serve and gateway alternating")
+    add("--a-requests", type=int, default=48, help="(a) measured requests per level and round")
+    add("--a-output-std", type=float, default=16.0, help="(a) output tokens' standard deviation")
+    add("--a-ramp-up", type=float, default=4.0, help="(a) seconds over which the closed-loop users start")
     add("--max-tokens", type=int, default=64, help="(a, b, e) output tokens")
     add("--input-tokens", type=int, default=120, help="(a, b, e) prompt tokens")
     add("--prefix-tokens", type=int, default=1000, help="(c) tokens of each of the 4 system prompts")

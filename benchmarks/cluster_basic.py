@@ -53,7 +53,15 @@ def _rounds_a(
     for n in range(args.a_rounds):
         order = list(urls) if n % 2 == 0 else list(reversed(urls))
         log(f"(a) round {n + 1} of {args.a_rounds}: {' then '.join(order)}")
-        result = bench(ctx, {label: urls[label] for label in order}, levels, args.requests, args.warmup)
+        result = bench(
+            ctx,
+            {label: urls[label] for label in order},
+            levels,
+            args.a_requests,
+            args.warmup,
+            args.a_output_std,
+            args.a_ramp_up,
+        )
         for label in urls:
             for level in A_LEVELS:
                 runs.setdefault((label, level), []).append(run_of(result, label, level))
@@ -81,10 +89,14 @@ def scenario_a(ctx: Ctx) -> dict[str, Any]:
             "engine_cpus": args.engine_cpus,
             "infra_cpus": args.infra_cpus,
             "rounds": args.a_rounds,
+            "requests": args.a_requests,
+            "output_tokens": f"{args.max_tokens} +- {args.a_output_std:g}",
+            "ramp_up_s": args.a_ramp_up,
             "note": "serve and the worker: the same engine flags on the same CPUs, started together "
             "(the idle one costs nothing); each round runs both levels on serve and on the gateway, "
-            "the order swapped every round; TTFT percentiles pool every round's requests, tok/s is "
-            "the median of the rounds",
+            "the order swapped every round, the same prompts and output lengths for both; the users "
+            "start over the ramp-up and their outputs differ in length, so their requests do not stay "
+            "in step; TTFT percentiles pool every round's requests, tok/s is the median of the rounds",
         },
         "samples_ttft_ms": {},
         "targets": [],

@@ -46,14 +46,23 @@ class Ctx:
         return {"logit_bias": {str(t): -100 for t in self.eog}}
 
 
-def bench(ctx: Ctx, targets: dict[str, str], levels: str, requests: int, warmup: int) -> BenchResult:
-    """`outpost bench`'s chat workload (distinct prompts of --input-tokens, --max-tokens streamed
-    outputs) at each of `levels` on every target in turn."""
+def bench(
+    ctx: Ctx,
+    targets: dict[str, str],
+    levels: str,
+    requests: int,
+    warmup: int,
+    output_std: float = 0.0,
+    ramp_up: float = 0.0,
+) -> BenchResult:
+    """`outpost bench`'s chat workload (distinct prompts of --input-tokens, streamed outputs of
+    --max-tokens, +- `output_std`) at each of `levels` on every target in turn, the same prompts for
+    each; closed-loop users start over `ramp_up` seconds."""
     args = ctx.args
     config = BenchConfig(
         targets=tuple(ServerTarget(url=url, label=label) for label, url in targets.items()),
-        plan=make_plan(levels, None, requests, None, warmup),
-        scenario=make_scenario("custom", str(args.input_tokens), str(args.max_tokens)),
+        plan=make_plan(levels, None, requests, None, warmup, ramp_up),
+        scenario=make_scenario("custom", str(args.input_tokens), f"{args.max_tokens},{output_std:g}"),
         seed=int(time.time()),  # distinct prompts every run: no prefix cache hits across runs
         timeout=args.timeout,
         extra_body={"temperature": 0.8, **ctx.ban_eog()},

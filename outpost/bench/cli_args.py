@@ -36,6 +36,13 @@ def add_bench_parser(sub: Any) -> None:
     )
     load.add_argument("--duration", type=float, help="seconds per level (with --requests: whichever first)")
     load.add_argument("--warmup", type=int, default=2, help="unmeasured requests per level and server (2)")
+    load.add_argument(
+        "--ramp-up",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="closed loop: start the users one by one over this time, not all at once (0)",
+    )
     work = p.add_argument_group("workload")
     work.add_argument("--scenario", default="chat", help="chat, summarize, shared-prefix or custom (chat)")
     work.add_argument("--input-tokens", metavar="MEAN[,STD]", help="prompt tokens (overrides the scenario)")
@@ -59,7 +66,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         raise BenchUsageError("--timeout must be positive seconds")
     return BenchConfig(
         targets=make_targets(args.url, args.compare, args.model),
-        plan=make_plan(args.concurrency, args.rate, args.requests, args.duration, args.warmup),
+        plan=make_plan(args.concurrency, args.rate, args.requests, args.duration, args.warmup, args.ramp_up),
         scenario=make_scenario(args.scenario, args.input_tokens, args.output_tokens),
         endpoint=args.endpoint,
         api_key=args.api_key,

@@ -126,13 +126,16 @@ def check_url(url: str) -> str:
 @dataclass(frozen=True)
 class LoadPlan:
     """How load is applied at each level. A level ends after `requests` requests or `duration`
-    seconds, whichever comes first; `cap(level)` bounds every level and sizes its prompt pool."""
+    seconds, whichever comes first; `cap(level)` bounds every level and sizes its prompt pool.
+    `ramp_up` (closed loop): the users start one by one, evenly over that many seconds, instead of
+    all at once (JMeter's ramp-up period, Locust's spawn rate), so their requests do not stay in step."""
 
     mode: Mode
     levels: tuple[float, ...]
     requests: int | None
     duration: float | None
     warmup: int
+    ramp_up: float = 0.0
 
     def cap(self, level: float) -> int:
         """`--requests`, else for --duration: 1.5x the expected Poisson arrivals (open loop) or two
@@ -157,7 +160,12 @@ def parse_levels(text: str, flag: str, integer: bool) -> tuple[float, ...]:
 
 
 def make_plan(
-    concurrency: str | None, rate: str | None, requests: int | None, duration: float | None, warmup: int
+    concurrency: str | None,
+    rate: str | None,
+    requests: int | None,
+    duration: float | None,
+    warmup: int,
+    ramp_up: float = 0.0,
 ) -> LoadPlan:
     if concurrency and rate:
         raise BenchUsageError("give --concurrency (closed loop) or --rate (open loop), not both")
@@ -167,11 +175,15 @@ def make_plan(
         raise BenchUsageError("--duration must be positive seconds")
     if warmup < 0:
         raise BenchUsageError("--warmup must be 0 or more")
+    if not 0 <= ramp_up < math.inf:
+        raise BenchUsageError("--ramp-up must be 0 or more seconds")
+    if ramp_up and rate:
+        raise BenchUsageError("--ramp-up is for closed-loop users (--concurrency), not --rate")
     mode: Mode = "rate" if rate else "concurrency"
     levels = parse_levels(rate or concurrency or "1", f"--{mode}", integer=mode == "concurrency")
     if requests is None and duration is None:
         requests = 32
-    return LoadPlan(mode, levels, requests, duration, warmup)
+    return LoadPlan(mode, levels, requests, duration, warmup, ramp_up)
 
 
 @dataclass(frozen=True)

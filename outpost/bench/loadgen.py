@@ -30,6 +30,7 @@ class Phase:
     level: float
     prompts: Sequence[Prompt]
     duration: float | None
+    ramp_up: float = 0.0  # closed loop: user u starts u * ramp_up / users seconds in
 
 
 @dataclass
@@ -69,7 +70,11 @@ async def _closed(
     queue: Iterator[Prompt] = iter(phase.prompts)  # shared: the next prompt goes to whichever user is free
     records: list[RequestRecord] = []
 
-    async def user() -> None:
+    async def user(u: int) -> None:
+        start = u * phase.ramp_up / users
+        if phase.duration is not None and start >= phase.duration:
+            return
+        await asyncio.sleep(start)
         for prompt in queue:
             now = time.perf_counter() - t0
             if phase.duration is not None and now >= phase.duration:
@@ -78,7 +83,7 @@ async def _closed(
             records.append(record)
             on_record(record)
 
-    await asyncio.gather(*(user() for _ in range(users)))
+    await asyncio.gather(*(user(u) for u in range(users)))
     return records
 
 

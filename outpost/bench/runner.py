@@ -127,10 +127,10 @@ async def run_level(
     send_one = _sender(server, config)
     if warm:  # same load shape, results dropped: fills caches, pools and JITs before measuring
         progress.log(f"{name}: warmup, {len(warm)} requests")
-        warm_phase = Phase(plan.mode, level, warm, None)
+        warm_phase = Phase(plan.mode, level, warm, None, plan.ramp_up)
         await run_phase(warm_phase, send_one, random.Random(f"{config.seed}:{li}:warm"), lambda r: None)
     progress.start(name, len(measured), plan.duration)
-    phase = Phase(plan.mode, level, measured, plan.duration)
+    phase = Phase(plan.mode, level, measured, plan.duration, plan.ramp_up)
     outcome = await run_phase(phase, send_one, arrival_rng(config.seed, li), progress.update)
     progress.finish()
     summary = summarise(

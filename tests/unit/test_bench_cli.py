@@ -99,6 +99,8 @@ def test_fail_on_exits_3_and_still_prints_the_summary(
         ["--input-tokens", "abc"],
         ["--scenario", "poetry"],
         ["--requests", "0"],
+        ["--ramp-up", "-1"],
+        ["--ramp-up", "2", "--rate", "1"],
         ["--prompt-file", "/nonexistent/file.txt"],
         ["--endpoint", "embeddings"],
         ["--unknown-flag"],

@@ -1,15 +1,19 @@
 """Load shapes: closed loop keeps exactly N requests in flight, open loop fires on its Poisson
-schedule whatever is in flight, --duration stops new requests, --compare alternates servers."""
+schedule whatever is in flight, --duration stops new requests, --ramp-up starts closed-loop users
+one by one, --compare alternates servers."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 import statistics
 
 from bench_fake_server import FakeConfig, FakeServer, bench
 
-from outpost.bench.loadgen import arrival_rng, poisson_arrivals
+from outpost.bench.loadgen import Phase, arrival_rng, poisson_arrivals, run_phase
+from outpost.bench.prompts import Prompt
+from outpost.bench.records import RequestRecord
 
 
 def test_poisson_arrivals_have_exponential_gaps_and_are_seeded() -> None:
@@ -43,6 +47,38 @@ def test_closed_loop_holds_exactly_n_in_flight() -> None:
         most = fake.max_in_flight
     assert most == 3
     assert result.runs[0].summary.requests_ok == 9
+
+
+def _first_starts(ramp_up: float, users: int) -> list[float]:
+    """Each user's first send, in seconds since the phase began; no reply comes back before every
+    user has sent its first, so no user can take another's place in the order."""
+    prompts = [Prompt(i, None, "hi", 1, 1) for i in range(2 * users)]
+    starts: list[float] = []
+
+    async def run() -> None:
+        everyone_in = asyncio.Event()
+
+        async def send(prompt: Prompt, now: float) -> RequestRecord:
+            starts.append(now)
+            if len(starts) == users:
+                everyone_in.set()
+            await everyone_in.wait()
+            return RequestRecord(prompt.index, now, 1, 1)
+
+        phase = Phase("concurrency", users, prompts, None, ramp_up)
+        outcome = await run_phase(phase, send, random.Random(0), lambda r: None)
+        assert len(outcome.records) == 2 * users
+
+    asyncio.run(asyncio.wait_for(run(), 30))
+    return starts[:users]
+
+
+def test_ramp_up_starts_closed_loop_users_one_by_one() -> None:
+    users, ramp = 4, 0.4
+    starts = _first_starts(ramp, users)
+    # asyncio never wakes a sleeper early (beyond its clock's resolution): a lower bound holds anywhere
+    assert all(s >= k * ramp / users - 0.005 for k, s in enumerate(starts)), starts
+    assert starts == sorted(starts)
 
 
 def test_duration_stops_new_requests_in_both_loops() -> None:
