@@ -32,6 +32,7 @@ _log = logging.getLogger("outpost.cluster.intake")
 LANE = "lane"
 SHARED = "shared"
 DEPTH_POLL_S = 0.25
+RPC_TIMEOUT_S = 10.0  # a consume or cancel the broker never answers (a connection going away)
 
 
 @dataclass(eq=False)
@@ -125,6 +126,15 @@ class Intake:
         for credit in self.plan.credits:
             await self._cancel(credit)
 
+    async def abandon(self, timeout: float = RPC_TIMEOUT_S) -> None:
+        """The worker is going away without draining: end what runs here, consume nothing more.
+        Nothing held is acked, so the broker redelivers it once the connection closes."""
+        self._stopping = True
+        for task in self.tasks:
+            task.cancel()
+        if self.tasks:
+            await asyncio.wait(set(self.tasks), timeout=timeout)
+
     @property
     def held(self) -> int:
         return sum(c.held for c in self.plan.credits)
@@ -176,13 +186,13 @@ class Intake:
         if self._stopping:
             return
         queue = self._queues[credit.source]
-        credit.tag = await queue.consume(functools.partial(self._on_message, credit))
+        credit.tag = await queue.consume(functools.partial(self._on_message, credit), timeout=RPC_TIMEOUT_S)
 
     async def _cancel(self, credit: Credit) -> None:
         tag, credit.tag = credit.tag, None
         if tag is not None:
             with contextlib.suppress(AMQPError, RuntimeError, asyncio.TimeoutError):
-                await self._queues[credit.source].cancel(tag)
+                await self._queues[credit.source].cancel(tag, timeout=RPC_TIMEOUT_S)
             # Deliveries the broker sent before its cancel-ok have had their callbacks scheduled
             # ahead of this coroutine's wake-up; one more turn lets them count as held.
             await asyncio.sleep(0)

@@ -32,6 +32,7 @@ for a certificate is `BrokerTLSError`: no retry fixes it, so callers do not retr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -44,6 +45,7 @@ from typing import Any
 import aio_pika
 import httpx
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue, AbstractRobustConnection
+from aio_pika.connection import make_url
 from aiormq.exceptions import AMQPError
 
 _log = logging.getLogger("outpost.cluster")
@@ -221,18 +223,32 @@ async def connect(url: str, name: str) -> AbstractRobustConnection:
 
     Raises BrokerTLSError when the TLS handshake fails for a certificate or a wrong port: callers
     retry unreachable brokers, and a retry would only hide that."""
+    # aio_pika.connect_robust, less its leak: a robust connection's reconnect task ignores
+    # cancellation until the connection is closed, so a caller cancelled while connecting (a
+    # worker stopped before the broker answers) would leave it running and its event loop
+    # waiting on it forever. Ours is closed whenever connecting does not end in a connection.
+    conn = aio_pika.RobustConnection(
+        make_url(_named(url, name)), ssl_context=tls_context(url), heartbeat=5, reconnect_interval=0.5
+    )
     try:
-        return await aio_pika.connect_robust(
-            _named(url, name), heartbeat=5, reconnect_interval=0.5, ssl_context=tls_context(url)
-        )
-    except (OSError, AMQPError) as exc:
-        reason = _tls_failure(exc)
-        if reason is None:
-            raise
-        parts = urllib.parse.urlsplit(url)
-        raise BrokerTLSError(
-            f"cannot connect to the broker at {parts.hostname}:{parts.port or 5671} over TLS: {reason}"
-        ) from exc
+        await conn.connect()
+        return conn
+    except BaseException as exc:
+        await asyncio.shield(conn.close())
+        if isinstance(exc, OSError | AMQPError):
+            _raise_tls_failure(url, exc)
+        raise
+
+
+def _raise_tls_failure(url: str, exc: BaseException) -> None:
+    """Raises BrokerTLSError where `exc` is a failed TLS handshake; returns otherwise."""
+    reason = _tls_failure(exc)
+    if reason is None:
+        return
+    parts = urllib.parse.urlsplit(url)
+    raise BrokerTLSError(
+        f"cannot connect to the broker at {parts.hostname}:{parts.port or 5671} over TLS: {reason}"
+    ) from exc
 
 
 def _named(url: str, name: str) -> str:

@@ -122,6 +122,7 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set, then stop consuming and finish what is in flight."""
         conn = await self._connect()
+        background: list[asyncio.Future[None]] = []
         try:
             intake = await self._setup(conn)
             background = [asyncio.ensure_future(self._heartbeats()), asyncio.ensure_future(intake.watch())]
@@ -132,11 +133,15 @@ class Worker:
             while intake.tasks:  # in flight: finish them, ack them
                 await asyncio.wait(set(intake.tasks))
             await self._publish_heartbeat()
-            for task in background:
-                task.cancel()
             # The lane is left to its x-expires: deleting it could lose a request a gateway routed
             # here before it saw the draining heartbeat (quorum queues refuse delete-if-empty).
         finally:
+            # Cancelled (not stopped): nothing this worker started may outlive it, or wait on a
+            # connection that is closing (a request's task would try to consume again).
+            for task in background:
+                task.cancel()
+            if self._intake is not None:
+                await self._intake.abandon()
             await conn.close()
 
     async def _connect(self) -> AbstractRobustConnection:

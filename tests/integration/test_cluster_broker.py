@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -32,8 +33,25 @@ def _model() -> str:
     return "test-" + uuid.uuid4().hex[:8]
 
 
+CLEANUP_S = 15.0
+
+
 def run(coro: Awaitable[Any]) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, LIMIT_S))  # type: ignore[arg-type]
+    """`coro` within LIMIT_S; then what it left running is cancelled and given CLEANUP_S to end.
+    One that does not end is a warning, not a hang (asyncio.run would wait on it forever)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(asyncio.wait_for(coro, LIMIT_S))
+    finally:
+        left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            _, pending = loop.run_until_complete(asyncio.wait(left, timeout=CLEANUP_S))
+            if pending:
+                warnings.warn(f"tasks still running {CLEANUP_S:g} s after the test: {pending}", stacklevel=2)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 @contextlib.asynccontextmanager
