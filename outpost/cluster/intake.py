@@ -126,14 +126,12 @@ class Intake:
         for credit in self.plan.credits:
             await self._cancel(credit)
 
-    async def abandon(self, timeout: float = RPC_TIMEOUT_S) -> None:
-        """The worker is going away without draining: end what runs here, consume nothing more.
-        Nothing held is acked, so the broker redelivers it once the connection closes."""
+    def abandon(self) -> None:
+        """The worker is going away without draining: cancel what runs here and consume nothing
+        more. Nothing held is acked, so the broker redelivers it when the connection closes."""
         self._stopping = True
         for task in self.tasks:
             task.cancel()
-        if self.tasks:
-            await asyncio.wait(set(self.tasks), timeout=timeout)
 
     @property
     def held(self) -> int:

@@ -136,12 +136,12 @@ class Worker:
             # The lane is left to its x-expires: deleting it could lose a request a gateway routed
             # here before it saw the draining heartbeat (quorum queues refuse delete-if-empty).
         finally:
-            # Cancelled (not stopped): nothing this worker started may outlive it, or wait on a
-            # connection that is closing (a request's task would try to consume again).
+            # Cancelled (not stopped): nothing this worker started may outlive it or consume again;
+            # the connection closes at once, as a killed worker's does (what it held is redelivered).
             for task in background:
                 task.cancel()
             if self._intake is not None:
-                await self._intake.abandon()
+                self._intake.abandon()
             await conn.close()
 
     async def _connect(self) -> AbstractRobustConnection:
