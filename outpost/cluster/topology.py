@@ -235,20 +235,13 @@ async def connect(url: str, name: str) -> AbstractRobustConnection:
         return conn
     except BaseException as exc:
         await asyncio.shield(conn.close())
-        if isinstance(exc, OSError | AMQPError):
-            _raise_tls_failure(url, exc)
-        raise
-
-
-def _raise_tls_failure(url: str, exc: BaseException) -> None:
-    """Raises BrokerTLSError where `exc` is a failed TLS handshake; returns otherwise."""
-    reason = _tls_failure(exc)
-    if reason is None:
-        return
-    parts = urllib.parse.urlsplit(url)
-    raise BrokerTLSError(
-        f"cannot connect to the broker at {parts.hostname}:{parts.port or 5671} over TLS: {reason}"
-    ) from exc
+        reason = _tls_failure(exc) if isinstance(exc, OSError | AMQPError) else None
+        if reason is None:
+            raise
+        parts = urllib.parse.urlsplit(url)
+        raise BrokerTLSError(
+            f"cannot connect to the broker at {parts.hostname}:{parts.port or 5671} over TLS: {reason}"
+        ) from exc
 
 
 def _named(url: str, name: str) -> str:
