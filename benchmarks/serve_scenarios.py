@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import log
-from serve_report import LevelRun, PrefixRun, Report
+from serve_report import FIRST_WAVE, LevelRun, PrefixRun, Report
 from servers import LABELS, ServerProcess, Setup
 
 from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
@@ -22,6 +22,7 @@ from outpost.bench.progress import Progress
 from outpost.bench.prompts import Prompt, build_prompts
 from outpost.bench.records import Accepted, RunResult
 from outpost.bench.runner import connect, prompt_builder, run_level
+from outpost.bench.stats import summarise
 
 
 def rotate(items: list[str], by: int) -> list[str]:
@@ -163,7 +164,19 @@ async def _cold_then_warm(
         conn = await connect(config.targets[0], config, stack, accepted)  # no probe: it stays cold
         cold = await run_level(conn, config, 0, level, prompts.cold, [], Progress())
         warm = await run_level(conn, config, 0, level, prompts.warm, prompts.warmup, Progress())
-    return [("cold", cold), ("warm", warm)]
+    return [(FIRST_WAVE, first_wave(cold, level)), ("cold", cold), ("warm", warm)]
+
+
+def first_wave(cold: RunResult, streams: int) -> RunResult:
+    """The cold run's first request of each stream: the ones that reach the server while nothing is
+    cached (each closed-loop user takes the next prompt, so they are prompts 0 .. streams-1). The
+    cold run's later requests arrive once the first answers are out, to a warm cache on any server."""
+    records = [r for r in cold.records if r.index < streams]
+    s = cold.summary
+    summary = summarise(
+        records, label=s.label, url=s.url, model=s.model, mode=s.mode, level=s.level, capped=False
+    )
+    return RunResult(summary, records)
 
 
 def run_shared_prefix(

@@ -137,7 +137,8 @@ def markdown_tables(report: Report) -> str:
     prefix = prefix_rows(report.prefix_runs)
     if prefix:
         head = f"\nShared prefix ({a.prefix_streams} streams, one ~500-token system prompt), medians of"
-        head += f" {a.rounds} round(s); cold: a fresh server's first {a.prefix_requests} requests, warm:"
+        head += f" {a.rounds} round(s); cold: first wave: each stream's first request to a fresh server;"
+        head += f" cold: the fresh server's first {a.prefix_requests} requests; warm:"
         parts += [f"{head} after {a.prefix_warmup} more:\n", *prefix_table(prefix)]
         if prefix_ratios(prefix):
             parts += ["", *prefix_ratio_table(prefix_ratios(prefix))]

@@ -3,13 +3,14 @@ open loop (Poisson arrivals at R requests/s, whatever is still in flight).
 
 Both are bounded twice: by the prompt list (one request per prompt at most) and by the optional
 duration (no request starts after it; those in flight finish, each bounded by the client timeout).
+Time is the running event loop's clock (`loop.time()`, monotonic), so a test can run a phase on a
+loop whose clock is virtual and check schedules exactly, whatever the machine's speed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -53,13 +54,18 @@ def poisson_arrivals(rate: float, count: int, rng: random.Random) -> list[float]
     return times
 
 
+def _clock() -> Callable[[], float]:
+    return asyncio.get_running_loop().time
+
+
 async def run_phase(phase: Phase, send: SendFn, rng: random.Random, on_record: OnRecord) -> PhaseOutcome:
-    t0 = time.perf_counter()
+    now = _clock()
+    t0 = now()
     if phase.mode == "concurrency":
         records = await _closed(int(phase.level), phase, send, t0, on_record)
     else:
         records = await _open(phase, send, rng, t0, on_record)
-    elapsed = time.perf_counter() - t0
+    elapsed = now() - t0
     capped = phase.duration is not None and len(records) == len(phase.prompts) and elapsed < phase.duration
     return PhaseOutcome(sorted(records, key=lambda r: r.index), capped)
 
@@ -69,6 +75,7 @@ async def _closed(
 ) -> list[RequestRecord]:
     queue: Iterator[Prompt] = iter(phase.prompts)  # shared: the next prompt goes to whichever user is free
     records: list[RequestRecord] = []
+    clock = _clock()
 
     async def user(u: int) -> None:
         start = u * phase.ramp_up / users
@@ -76,7 +83,7 @@ async def _closed(
             return
         await asyncio.sleep(start)
         for prompt in queue:
-            now = time.perf_counter() - t0
+            now = clock() - t0
             if phase.duration is not None and now >= phase.duration:
                 return
             record = await send(prompt, now)
@@ -95,12 +102,13 @@ async def _open(
         on_record(record)
         return record
 
+    clock = _clock()
     tasks: list[asyncio.Task[RequestRecord]] = []
     for prompt, at in zip(phase.prompts, poisson_arrivals(phase.level, len(phase.prompts), rng), strict=True):
         if phase.duration is not None and at >= phase.duration:
             break
-        delay = at - (time.perf_counter() - t0)
+        delay = at - (clock() - t0)
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(fire(prompt, time.perf_counter() - t0)))
+        tasks.append(asyncio.create_task(fire(prompt, clock() - t0)))
     return list(await asyncio.gather(*tasks))

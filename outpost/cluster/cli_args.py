@@ -60,6 +60,7 @@ def add_worker_parser(sub: Any, handler: Any) -> None:
         help="prompt tokens per step while others generate: auto (default), a number, or off/0",
     )
     p.add_argument("--chat-template", help="jinja chat template file overriding the model's")
+    p.add_argument("--embedding-model", help="GGUF this worker embeds with (default: the served model)")
     p.add_argument("--worker-id", help="id in heartbeats (default: host-pid-random, unique per process)")
     p.add_argument("--otlp-endpoint", help="export queue wait / prefill / decode spans to this OTLP/HTTP URL")
     p.set_defaults(handler=handler)
@@ -67,7 +68,7 @@ def add_worker_parser(sub: Any, handler: Any) -> None:
 
 _WORKER_OPTIONS = (
     "model_id parallel ctx_size threads n_gpu_layers batch_size ubatch_size flash_attn repack kv_unified "
-    "prefix_cache cache_idle_cells prefill_budget"
+    "prefix_cache cache_idle_cells prefill_budget embedding_model"
 ).split()
 
 
@@ -91,7 +92,7 @@ def run_worker(args: argparse.Namespace, model_path: str) -> int:
         idle_cache_cells=config.cache_idle_cells,
         prefill_budget=config.prefill_budget,
     )
-    worker_engine = RuntimeEngine(engine)
+    worker_engine = RuntimeEngine(engine, config.embedding_model)
     try:
         tracer = tracer_for(args.otlp_endpoint, "outpost-worker")
         return asyncio.run(serve_worker(url, config.served_model_id, worker_engine, args.worker_id, tracer))

@@ -118,6 +118,11 @@ class GatewayLink:
         )
         await status_q.bind(status)
         await status_q.consume(self._on_status, no_ack=True)
+        # Depth polls on a channel of their own: a failed declare closes its channel, and this one
+        # neither consumes replies nor publishes requests.
+        probe = await conn.channel()
+        assert isinstance(probe, AbstractRobustChannel)  # a robust connection's channels are robust
+        self._probe = probe
         dead_ch = await conn.channel()
         await dead_ch.set_qos(prefetch_count=16)
         dead = await dead_ch.declare_queue(
@@ -351,13 +356,7 @@ class GatewayLink:
             with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
                 if self.connected:
                     for model in self.models:
-                        # robust=False: aio-pika answers a repeated robust passive declare from its
-                        # cache, with the depth of the first one.
-                        queue = await self._side.declare_queue(
-                            topology.request_queue(model), passive=True, robust=False
-                        )
-                        result = queue.declaration_result
-                        self.depths[model] = int(result.message_count or 0)
+                        self.depths[model] = await topology.request_queue_depth(self._probe, model)
             await asyncio.sleep(0.5)
 
     async def _expire(self) -> None:

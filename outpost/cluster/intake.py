@@ -102,13 +102,13 @@ class Intake:
         queues: dict[str, AbstractQueue],
         slots: int,
         handle: Callable[[AbstractIncomingMessage], Awaitable[None]],
-        probe: AbstractRobustChannel,
+        depth: Callable[[str], Awaitable[int]],
     ) -> None:
-        """probe: a channel with no consumers of these queues, for their depths (RabbitMQ 3.10
-        answers a passive declare on a channel that consumes the queue with 0 ready messages)."""
+        """depth(source): messages ready in that queue, read on a channel of its own (a failed
+        declare closes its channel, which must be neither this one nor the one replies go out on)."""
         self.plan = CreditPlan(slots, LANE in queues)
         self._channel = channel
-        self._probe = probe
+        self._depth = depth
         self._queues = queues
         self._handle = handle
         self.tasks: set[asyncio.Task[None]] = set()
@@ -163,12 +163,7 @@ class Intake:
                     await self._reconsume_lost()
 
     async def _depths(self) -> dict[str, int]:
-        depths = {}
-        for source, queue in self._queues.items():
-            # robust=False: aio-pika answers a repeated robust passive declare from its cache.
-            result = await self._probe.declare_queue(queue.name, passive=True, robust=False)
-            depths[source] = int(result.declaration_result.message_count or 0)
-        return depths
+        return {source: await self._depth(source) for source in self._queues}
 
     async def _reconsume_lost(self) -> None:
         underlay = await self._channel.get_underlay_channel()

@@ -43,11 +43,12 @@ class RuntimeEngine:
     Embeddings are `LocalBackend`'s, as on `outpost serve`: the served model's file, loaded on first
     use and run on the engine thread. `close()` frees the embedder, then the engine."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, embedding_model: str | None = None) -> None:
+        """embedding_model: the GGUF embedding jobs run on (`--embedding-model`; None: the served one)."""
         from outpost.local import LocalBackend  # llama.cpp: only where a real engine runs
 
         self.engine = engine
-        self._local = LocalBackend(engine)
+        self._local = LocalBackend(engine, embedding_model)
 
     @property
     def slots_total(self) -> int:

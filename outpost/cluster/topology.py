@@ -44,7 +44,13 @@ from typing import Any
 
 import aio_pika
 import httpx
-from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue, AbstractRobustConnection
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractExchange,
+    AbstractQueue,
+    AbstractRobustChannel,
+    AbstractRobustConnection,
+)
 from aio_pika.connection import make_url
 from aiormq.exceptions import AMQPError
 
@@ -72,7 +78,10 @@ def request_queue(model: str) -> str:
     return f"outpost.req.{model}"
 
 
-LANE_UNUSED_EXPIRY_MS = 600_000  # a lane nobody consumed for 10 minutes goes
+# A lane nobody consumed or declared for 10 minutes goes (a dead worker's). A live worker declares
+# its lane again a few times a second (its depth probe), which renews the lease even while every
+# credit it has reads the shared queue (RabbitMQ counts consumers, declares and basic.get as use).
+LANE_UNUSED_EXPIRY_MS = 600_000
 
 
 def lane_queue(model: str, worker_id: str) -> str:
@@ -97,6 +106,25 @@ async def declare_lane(channel: AbstractChannel, model: str, worker_id: str, len
     return await channel.declare_queue(
         lane_queue(model, worker_id), durable=True, arguments=lane_arguments(model, length)
     )
+
+
+async def lane_depth(channel: AbstractRobustChannel, model: str, worker_id: str, length: int) -> int:
+    """Messages ready in a worker's lane, by declaring it again as it was declared: that renews its
+    unused-expiry lease and brings it back if it went, where a passive declare of a missing queue
+    would be a channel error. `channel` must consume nothing (RabbitMQ 3.10 answers a declare on a
+    channel that consumes the queue with 0 ready)."""
+    queue = await channel.declare_queue(
+        lane_queue(model, worker_id), durable=True, arguments=lane_arguments(model, length), robust=False
+    )  # robust=False: aio-pika answers a repeated robust declare from its cache
+    return int(queue.declaration_result.message_count or 0)
+
+
+async def request_queue_depth(channel: AbstractRobustChannel, model: str) -> int:
+    """Messages ready in a model's request queue (declared as every process declares it)."""
+    queue = await channel.declare_queue(
+        request_queue(model), durable=True, arguments=request_queue_arguments(), robust=False
+    )
+    return int(queue.declaration_result.message_count or 0)
 
 
 def reply_queue(gateway_id: str) -> str:

@@ -175,12 +175,22 @@ class Worker:
         self._private = topology.reply_queue(f"worker.{self.worker_id}")
         private_q = await side.declare_queue(self._private, exclusive=True, auto_delete=True)
         await private_q.consume(self._on_private, no_ack=True)
+        probe = await conn.channel()  # depths only: a failed declare must not close pub or consume_ch
+        assert isinstance(probe, AbstractRobustChannel)  # a robust connection's channels are
+        self._probe = probe
         intake = Intake(
-            consume_ch, {LANE: lane, SHARED: shared}, self.engine.slots_total, self._handle, probe=pub
+            consume_ch, {LANE: lane, SHARED: shared}, self.engine.slots_total, self._handle, self._depth
         )
         self._intake = intake
         await intake.start()
         return intake
+
+    async def _depth(self, source: str) -> int:
+        """Ready messages in the lane or the shared queue. Declaring the lane again renews its
+        unused-expiry lease while no credit consumes it (all on the shared queue, or one slot)."""
+        if source == LANE:
+            return await topology.lane_depth(self._probe, self.model, self.worker_id, self.engine.slots_total)
+        return await topology.request_queue_depth(self._probe, self.model)
 
     async def _heartbeats(self) -> None:
         while True:

@@ -192,6 +192,39 @@ def test_embeddings_as_on_serve(fleet: tuple[Gateway, list[Proc]], serve: Server
     assert floats["data"][0]["embedding"] == pytest.approx(local.data[0].embedding, abs=1e-5)
 
 
+def test_worker_embedding_model_as_on_serve(
+    rabbitmq: Any, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`outpost worker --embedding-model E` embeds its model's jobs with E, as `outpost serve
+    --embedding-model E` does: the same vectors, and not the served model's."""
+    from outpost.models import write_synthetic_model
+
+    served = _model_copy(tiny_model, tmp_path_factory, "cluster-embed")
+    other = write_synthetic_model("tiny", tmp_path_factory.mktemp("embedder") / "embedder.gguf", seed=7)
+    texts = ["a red apple", "a green pear"]
+    gateway = Gateway(rabbitmq, [served])
+    w = worker(rabbitmq, served, "-np", "2", "--embedding-model", str(other))
+    local = start_server(served, "-c", "4096", "--embedding-model", str(other))
+    plain = start_server(served, "-c", "4096")
+    try:
+        gateway.wait_until(lambda h: len(live(h, "cluster-embed")) == 1, "the embedding worker")
+
+        def embed(url: str) -> list[list[float]]:
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=120)
+            reply = client.embeddings.create(model="cluster-embed", input=texts)
+            return [d.embedding for d in reply.data]
+
+        remote, expected, served_own = embed(gateway.url), embed(local.url), embed(plain.url)
+        for a, b in zip(remote, expected, strict=True):
+            assert a == pytest.approx(b, abs=1e-5)
+        assert remote[0] != pytest.approx(served_own[0], abs=1e-3)  # E's vectors, not the served model's
+    finally:
+        for proc in (w, gateway):
+            proc.stop()
+        local.stop()
+        plain.stop()
+
+
 @pytest.mark.parametrize(
     "body",
     [{"input": "apple " * 3000}, {"input": []}, {"input": ["ok", 5]}, {"input": "x", "model": "nope"}],

@@ -15,10 +15,12 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aio_pika
 import pytest
 from cluster_fake_engine import CountingEngine
 from test_cluster_broker import LIMIT_S, collect, run, tokens, until
 
+from outpost.cluster import topology
 from outpost.cluster.gateway import GatewayLink
 from outpost.cluster.prefix import BLOCK
 from outpost.cluster.remote import RemoteBackend
@@ -211,5 +213,37 @@ def test_a_worker_runs_all_its_slots_from_the_shared_queue(rabbitmq: Any) -> Non
             await until(lambda: engine.running == 4, "all four slots busy with shared requests")
             for stream in streams:
                 await stream.aclose()
+
+    run(main())
+
+
+def test_a_worker_keeps_its_lane_while_no_credit_reads_it(
+    rabbitmq: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lane nobody consumes expires (x-expires: a dead worker's lane goes). A live worker's lane may
+    have no consumer for long: one slot (its credit reads the shared queue) or a busy shared queue
+    that took every credit. Its depth probe declares it again, which renews the lease, so the lane
+    outlives the expiry and requests routed to it still run; and no probe may break the channel
+    replies go out on (a passive declare of a vanished lane did, failing every stream after it)."""
+    expiry_s = 2.0
+    monkeypatch.setattr(topology, "LANE_UNUSED_EXPIRY_MS", int(expiry_s * 1000))
+
+    async def main() -> None:
+        async with fleet(rabbitmq) as f:
+            gateway = await f.gateway()
+            worker = await f.worker("solo", CountingEngine(slots=1, step_s=0.005))
+            await asyncio.sleep(3 * expiry_s)  # the broker's expiry timer, three times over
+            conn = await aio_pika.connect(rabbitmq.url)
+            try:  # a passive declare fails (404) where the lane went
+                await (await conn.channel()).declare_queue(
+                    topology.lane_queue(f.model, worker.worker_id), passive=True
+                )
+            finally:
+                await conn.close()
+            for tail in range(3):  # >= 256 tokens: placed on the worker's lane, then short ones
+                p = prompt(tail) if tail == 0 else [5, 6, tail]
+                events = await collect(await gateway.submit(req(p, 10)))
+                assert tokens(events) == list(range(len(p), len(p) + 10))
+                assert events[-1].finish_reason is FinishReason.LENGTH and events[-1].error is None
 
     run(main())
