@@ -89,9 +89,9 @@ def ttft_figure(rows: list[dict[str, Any]], rounds: int) -> Figure:
 
 
 def shared_prefix_figure(rows: list[dict[str, Any]], streams: int) -> Figure:
-    fig = Figure(figsize=(12, 4.5))
+    fig = Figure(figsize=(15, 5))
     ttft_ax, tok_ax = fig.subplots(1, 2)
-    labels = [f"{r['server']}\n{r['phase']}" for r in rows]
+    labels = [f"{r['server']}\n{r['phase'].replace(': ', chr(10))}" for r in rows]  # "cold\nfirst wave"
     xs = list(range(len(rows)))
     colors = [_color(r["server"]) for r in rows]
     ttft_ax.bar(xs, [_nan(r["ttft_p50_s"]) for r in rows], color=colors, label="p50")
@@ -112,7 +112,7 @@ def shared_prefix_figure(rows: list[dict[str, Any]], streams: int) -> Figure:
     tok_ax.set_ylabel("prompt tokens per request (mean)")
     tok_ax.set_title("Prompt tokens evaluated vs reused")
     for ax in (ttft_ax, tok_ax):
-        ax.set_xticks(xs, labels)
+        ax.set_xticks(xs, labels, fontsize="small")
         ax.set_ylim(0, ax.get_ylim()[1] * 1.25)  # room for the legend above the bars
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize="small", loc="upper right")
