@@ -333,6 +333,8 @@ class GatewayLink:
         except wire.WireError as exc:
             _log.warning("ignoring a status message: %s", exc)
             return
+        if hb.model not in self.models:  # another model's worker: not this gateway's to route or show
+            return
         view = WorkerView(
             hb.worker_id,
             hb.model,
