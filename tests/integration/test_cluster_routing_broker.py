@@ -217,27 +217,38 @@ def test_a_worker_runs_all_its_slots_from_the_shared_queue(rabbitmq: Any) -> Non
     run(main())
 
 
-def test_a_worker_keeps_its_lane_while_no_credit_reads_it(
-    rabbitmq: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A lane nobody consumes expires (x-expires: a dead worker's lane goes). A live worker's lane may
-    have no consumer for long: one slot (its credit reads the shared queue) or a busy shared queue
-    that took every credit. Its depth probe declares it again, which renews the lease, so the lane
-    outlives the expiry and requests routed to it still run; and no probe may break the channel
-    replies go out on (a passive declare of a vanished lane did, failing every stream after it)."""
-    expiry_s = 2.0
-    monkeypatch.setattr(topology, "LANE_UNUSED_EXPIRY_MS", int(expiry_s * 1000))
+def test_a_worker_brings_its_lane_back_when_the_broker_removed_it(rabbitmq: Any) -> None:
+    """A lane nobody consumes expires (x-expires: a dead worker's lane goes), and a live worker's lane
+    may have no consumer for long: one slot (its credit reads the shared queue) or a busy shared
+    queue that took every credit. Its depth probe declares the lane again as it was declared, which
+    renews the lease and brings back a lane the broker removed; no probe may break the channel
+    replies go out on (a passive declare of a vanished lane did, failing every stream after it).
+    The broker's removal is done here at once (a queue delete), not by waiting out an expiry."""
 
     async def main() -> None:
         async with fleet(rabbitmq) as f:
             gateway = await f.gateway()
             worker = await f.worker("solo", CountingEngine(slots=1, step_s=0.005))
-            await asyncio.sleep(3 * expiry_s)  # the broker's expiry timer, three times over
+            lane = topology.lane_queue(f.model, worker.worker_id)
             conn = await aio_pika.connect(rabbitmq.url)
-            try:  # a passive declare fails (404) where the lane went
-                await (await conn.channel()).declare_queue(
-                    topology.lane_queue(f.model, worker.worker_id), passive=True
-                )
+            try:
+                await (await conn.channel()).queue_delete(lane)  # as the broker's expiry removes it
+
+                async def lane_exists() -> bool:  # a passive declare of a missing queue is a 404
+                    channel = await conn.channel()
+                    try:
+                        await channel.declare_queue(lane, passive=True)
+                        return True
+                    except aio_pika.exceptions.ChannelNotFoundEntity:
+                        return False
+                    finally:
+                        if not channel.is_closed:
+                            await channel.close()
+
+                deadline = time.monotonic() + LIMIT_S
+                while not await lane_exists():  # polled until the worker's probe declares it again
+                    assert time.monotonic() < deadline, "the worker never declared its lane again"
+                    await asyncio.sleep(0.05)
             finally:
                 await conn.close()
             for tail in range(3):  # >= 256 tokens: placed on the worker's lane, then short ones
