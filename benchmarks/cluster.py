@@ -18,7 +18,11 @@ and `--infra-cpus` for (a), `--worker-cpus` (worker i on the i-th, round robin) 
     worker: the same engine flags (-np 8, -c 8192, -t = the count of --engine-cpus) on the same
     CPUs, both started together; the broker, the gateway and the load generator on --infra-cpus.
     `--a-rounds` rounds, serve and the gateway alternating. Added TTFT p50/p99 and the throughput
-    ratio.
+    ratio, read against two references measured in the same run: the broker's two hops timed with
+    aio-pika alone (the floor any client of the broker pays, cluster_floor.py) and, unless
+    --no-a-control, a second `outpost serve` as a control arm (serve vs serve: the run's resolution).
+    Then, at 1 stream, `--a-paired` prompts each sent to serve and to the gateway back to back: the
+    median per-pair difference is the added TTFT with the machine's drift taken out (cluster_paired.py).
 (b) 1 vs 2 workers (-t 1 each, each on its own --worker-cpus core), 8 streams per worker: aggregate
     output tokens/s. The broker, the gateway and the load generator are not pinned: they share the
     cores with the workers.
@@ -86,6 +90,15 @@ def _scenario_flags(p: argparse.ArgumentParser) -> None:
     add("--requests", type=int, default=32, help="(b) measured requests per worker")
     add("--warmup", type=int, default=4, help="(a, b) warmup requests per level")
     add("--a-rounds", type=int, default=3, help="(a) rounds, serve and gateway alternating")
+    add(
+        "--a-control",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="(a) a second serve as a control arm",
+    )
+    add(
+        "--a-paired", type=int, default=48, help="(a) prompts sent to serve and gateway back to back; 0: none"
+    )
     add("--a-requests", type=int, default=48, help="(a) measured requests per level and round")
     add("--a-output-std", type=float, default=16.0, help="(a) output tokens' standard deviation")
     add("--a-ramp-up", type=float, default=4.0, help="(a) seconds over which the closed-loop users start")

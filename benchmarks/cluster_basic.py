@@ -8,6 +8,8 @@ from contextlib import ExitStack
 from typing import Any
 
 from cluster_common import Ctx, bench, ms, ratio, run_of, target
+from cluster_floor import broker_floor
+from cluster_paired import paired_one_stream
 from cluster_procs import Broker, cpu_set, engine_args, gateway, pinned, serve, wait_workers, worker
 from common import log
 
@@ -16,6 +18,7 @@ from outpost.bench.stats import stats
 
 A_SLOTS = 8
 A_LEVELS = (1, 8)
+SERVE, GATEWAY, CONTROL = "serve", "gateway", "serve B"
 
 
 def _ttfts(records: list[RequestRecord]) -> list[float]:
@@ -70,52 +73,78 @@ def _rounds_a(
 
 def scenario_a(ctx: Ctx) -> dict[str, Any]:
     """`outpost serve` vs gateway + broker + one worker: the same engine flags on the same CPUs
-    (--engine-cpus, -t = their count); broker, gateway and load generator on --infra-cpus."""
+    (--engine-cpus, -t = their count); broker, gateway and load generator on --infra-cpus. With
+    --a-control, a second `outpost serve` runs as a third arm: serve vs serve shows how far two
+    identical servers differ in this run, the resolution the gateway's figures are read at."""
     args = ctx.args
     threads = len(cpu_set(args.engine_cpus)) if args.engine_cpus else args.threads
     engine = engine_args(ctx.model, threads, A_SLOTS)
     with ExitStack() as stack:
         stack.enter_context(pinned(args.infra_cpus))
         broker = stack.enter_context(Broker(ctx.logs, args.infra_cpus))
-        serve_proc, serve_url = serve(ctx.model, engine, args.engine_cpus, ctx.logs)
-        stack.enter_context(serve_proc)
+        floor = broker_floor(broker)
+        log(f"(a) the broker's two hops alone (aio-pika, from the infra CPUs): {floor['both']} ms")
+        urls: dict[str, str] = {}
+        for label in (SERVE, CONTROL) if args.a_control else (SERVE,):
+            proc, urls[label] = serve(ctx.model, engine, args.engine_cpus, ctx.logs)
+            stack.enter_context(proc)
         w = stack.enter_context(worker(broker, engine, args.engine_cpus, ctx.logs, "a-w0"))
-        gw, _ = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 1024, args.infra_cpus))
-        wait_workers(gw, 1, [w])
-        runs = _rounds_a(ctx, {"serve": serve_url, "gateway": gw})
-    out: dict[str, Any] = {
-        "setup": {
-            "engine": " ".join(engine[2:]),
-            "engine_cpus": args.engine_cpus,
-            "infra_cpus": args.infra_cpus,
-            "rounds": args.a_rounds,
-            "requests": args.a_requests,
-            "output_tokens": f"{args.max_tokens} +- {args.a_output_std:g}",
-            "ramp_up_s": args.a_ramp_up,
-            "note": "serve and the worker: the same engine flags on the same CPUs, started together "
-            "(the idle one costs nothing); each round runs both levels on serve and on the gateway, "
-            "the order swapped every round, the same prompts and output lengths for both; the users "
-            "start over the ramp-up and their outputs differ in length, so their requests do not stay "
-            "in step; TTFT percentiles pool every round's requests, tok/s is the median of the rounds",
-        },
-        "samples_ttft_ms": {},
-        "targets": [],
-    }
+        urls[GATEWAY], _ = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 1024, args.infra_cpus))
+        wait_workers(urls[GATEWAY], 1, [w])
+        runs = _rounds_a(ctx, urls)
+        paired = paired_one_stream(ctx, urls[SERVE], urls[GATEWAY]) if args.a_paired else None
+    out: dict[str, Any] = {"setup": _setup_a(args, engine), "broker_floor_ms": floor, "samples_ttft_ms": {}}
+    out["targets"] = []
+    if paired:
+        out["paired_1_stream"] = paired
+        added = paired.get("added_ttft_ms", {}).get("p50")
+        out["targets"].append(target("1 stream, paired: added TTFT p50 (ms)", added, 2, True))
     for level in A_LEVELS:
-        direct = [rec for _, recs in runs[("serve", level)] for rec in recs]
-        via = [rec for _, recs in runs[("gateway", level)] for rec in recs]
-        pooled = (_ttft_stats(direct), _ttft_stats(via))
-        row = _level_a(
-            [s for s, _ in runs[("serve", level)]], [s for s, _ in runs[("gateway", level)]], pooled
-        )
+        row = _compare_a(runs, SERVE, GATEWAY, level)
+        if args.a_control:
+            row["control"] = _compare_a(runs, SERVE, CONTROL, level)
         out[f"streams_{level}"] = row
-        out["samples_ttft_ms"][str(level)] = {"serve": _ttfts(direct), "gateway": _ttfts(via)}
+        out["samples_ttft_ms"][str(level)] = {
+            label: _ttfts([rec for _, recs in runs[(label, level)] for rec in recs]) for label in urls
+        }
         out["targets"] += [
             target(f"{level} streams: added TTFT p50 (ms)", row["added_ttft_ms"]["p50"], 2, True),
             target(f"{level} streams: added TTFT p99 (ms)", row["added_ttft_ms"]["p99"], 10, True),
             target(f"{level} streams: throughput ratio", row["throughput_ratio"], 0.95, False),
         ]
     return out
+
+
+def _compare_a(
+    runs: dict[tuple[str, int], list[tuple[RunSummary, list[RequestRecord]]]],
+    base: str,
+    other: str,
+    level: int,
+) -> dict[str, Any]:
+    """`other` against `base` at one level: the pooled TTFT percentiles, the rounds' median tok/s."""
+    direct = [rec for _, recs in runs[(base, level)] for rec in recs]
+    via = [rec for _, recs in runs[(other, level)] for rec in recs]
+    pooled = (_ttft_stats(direct), _ttft_stats(via))
+    return _level_a([s for s, _ in runs[(base, level)]], [s for s, _ in runs[(other, level)]], pooled)
+
+
+def _setup_a(args: Any, engine: list[str]) -> dict[str, Any]:
+    return {
+        "engine": " ".join(engine[2:]),
+        "engine_cpus": args.engine_cpus,
+        "infra_cpus": args.infra_cpus,
+        "rounds": args.a_rounds,
+        "requests": args.a_requests,
+        "output_tokens": f"{args.max_tokens} +- {args.a_output_std:g}",
+        "ramp_up_s": args.a_ramp_up,
+        "control": args.a_control,
+        "note": "serve and the worker (and the control, a second serve): the same engine flags on the "
+        "same CPUs, started together (an idle one costs nothing); each round runs both levels on every "
+        "arm, the order reversed every round, the same prompts and output lengths for all; the users "
+        "start over the ramp-up and their outputs differ in length, so their requests do not stay in "
+        "step; TTFT percentiles pool every round's requests, tok/s is the median of the rounds; "
+        "'control' is serve against the second serve (serve_* is the first, gateway_* the second)",
+    }
 
 
 def _ttft_stats(records: list[RequestRecord]) -> Stats:

@@ -1,6 +1,7 @@
 """benchmarks/cluster.py's PNGs (matplotlib, Agg: no display), each from a scenario's result dict:
 
-- a_ttft.png: TTFT distributions (empirical CDFs), `outpost serve` vs the gateway, one panel per level;
+- a_ttft.png: TTFT distributions (empirical CDFs), `outpost serve` vs the gateway (and the control,
+  a second serve), one panel per level;
 - c_prefix.png: TTFT p50/p90 and hit rate, routing on vs off, shared prefix and distinct prompts;
 - d_chaos.png: tokens/s received and streams in flight over time, each kill and until its
   replacement was live, and the longest gap of every resumed stream;
@@ -47,6 +48,8 @@ def plot_a(r: dict[str, Any], out: Path) -> Path:
         ax = fig.add_subplot(1, len(samples), i + 1)
         _ecdf(ax, s["serve"], "outpost serve", "C0")
         _ecdf(ax, s["gateway"], "gateway + RabbitMQ + worker", "C1")
+        if "serve B" in s:  # the control arm: a second, identical serve
+            _ecdf(ax, s["serve B"], "outpost serve (control: a second one)", "C2")
         ax.set_title(f"{level} stream(s)")
         ax.set_xlabel("time to first token (ms)")
         ax.set_ylabel("fraction of requests")

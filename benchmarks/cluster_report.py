@@ -34,24 +34,49 @@ def md(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
+def _row_a(label: str, x: dict[str, Any]) -> list[str]:
+    return [
+        label,
+        _pair(x["serve_ttft_ms"], "p50", "p99"),
+        _pair(x["gateway_ttft_ms"], "p50", "p99"),
+        _pair(x["added_ttft_ms"], "p50", "p99"),
+        _f(x["serve_output_tok_s"]),
+        _f(x["gateway_output_tok_s"]),
+        _f(x["throughput_ratio"], 2),
+    ]
+
+
 def table_a(r: dict[str, Any]) -> str:
+    """serve vs gateway per level, and under it the control: serve vs a second serve (its columns
+    read 'serve' for the first and 'gateway' for the second)."""
     header = ["streams", "serve TTFT p50 / p99 ms", "gateway TTFT p50 / p99 ms", "added p50 / p99 ms"]
     header += ["serve tok/s", "gateway tok/s", "ratio"]
     rows = []
     for key in sorted(k for k in r if k.startswith("streams_")):
-        x = r[key]
-        rows.append(
-            [
-                key.removeprefix("streams_"),
-                _pair(x["serve_ttft_ms"], "p50", "p99"),
-                _pair(x["gateway_ttft_ms"], "p50", "p99"),
-                _pair(x["added_ttft_ms"], "p50", "p99"),
-                _f(x["serve_output_tok_s"]),
-                _f(x["gateway_output_tok_s"]),
-                _f(x["throughput_ratio"], 2),
-            ]
+        level = key.removeprefix("streams_")
+        rows.append(_row_a(level, r[key]))
+        if r[key].get("control"):
+            rows.append(_row_a(f"{level}, control: serve vs serve B", r[key]["control"]))
+    text = md(header, rows)
+    paired = r.get("paired_1_stream")
+    if paired and paired.get("pairs"):
+        a = paired["added_ttft_ms"]
+        text += (
+            f"\n\nPaired, 1 stream ({paired['pairs']} prompts, each to serve and the gateway back to back): "
+            f"added TTFT per pair p50 {_f(a['p50'], 2)} ms (p10 {_f(a['p10'], 2)}, p90 {_f(a['p90'], 2)}, "
+            f"p99 {_f(a['p99'], 2)}); TTFT p50 serve {_f(paired['serve_ttft_ms_p50'])} ms, gateway "
+            f"{_f(paired['gateway_ttft_ms_p50'])} ms."
         )
-    return md(header, rows)
+    floor = r.get("broker_floor_ms")
+    if not floor:
+        return text
+    request, reply = _pair(floor["request_hop"], "p50", "p99", 2), _pair(floor["reply_hop"], "p50", "p99", 2)
+    note = (
+        "\n\nThe broker's two hops alone (aio-pika, no Outpost code; request hop + reply hop, per message): "
+        f"p50 {_f(floor['both']['p50'], 2)} ms, p99 {_f(floor['both']['p99'], 2)} ms "
+        f"(request {request}, reply {reply})."
+    )
+    return text + note
 
 
 def table_b(r: dict[str, Any]) -> str:

@@ -23,6 +23,8 @@
 #   OUTPOST_BROKER_MGMT_PORT  management HTTP API port (default 15672; 0 = plugin off)
 #   OUTPOST_BROKER_USER       user created for clients (default outpost)
 #   OUTPOST_BROKER_WAIT       seconds to wait for the boot (default 120)
+#   OUTPOST_BROKER_ERL_ARGS   extra flags for the node's Erlang VM, e.g. "+S 2:2" to cap its
+#                             scheduler threads on a machine it shares with engines
 #   OUTPOST_BROKER_TLS_PORT   amqps:// port (default unset: no TLS listener)
 #   OUTPOST_BROKER_TLS_CA, OUTPOST_BROKER_TLS_CERT, OUTPOST_BROKER_TLS_KEY
 #                             PEM CA bundle, server certificate and key (default: generated in
@@ -93,7 +95,7 @@ setup_env() {
     export ERL_EPMD_ADDRESS=127.0.0.1
     export ERL_EPMD_PORT=$EPMD_PORT
     local loopback="-kernel inet_dist_use_interface {127,0,0,1}"
-    export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="$loopback"
+    export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="$loopback ${OUTPOST_BROKER_ERL_ARGS:-}"
     # CLI tools must not start an epmd of their own (a `status` would leave one behind).
     export RABBITMQ_CTL_ERL_ARGS="$loopback -start_epmd false"
     # CLI tools take any free port instead of the fixed 35672-35682 range that concurrent

@@ -263,10 +263,16 @@ class GatewayLink:
             if kind == "embedded":
                 self.embeds.on_reply(wire.decode_embed_reply(message.body))
                 return
-            batch = wire.decode_batch(message.body)
+            batches = (
+                wire.decode_bundle(message.body) if kind == "bundle" else [wire.decode_batch(message.body)]
+            )
         except wire.WireError as exc:
             _log.warning("ignoring a reply: %s", exc)
             return
+        for batch in batches:
+            self._on_batch(batch)
+
+    def _on_batch(self, batch: wire.ReplyBatch) -> None:
         pending = self.pending.get(batch.request_id)
         if pending is None:
             if batch.attempt == BROKER_VERDICT:

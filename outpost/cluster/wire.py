@@ -36,7 +36,7 @@ from outpost.messages import (
 WIRE_VERSION = 1
 # Every kind of v1 message. New kinds and new optional fields are added within v1: a reader of an
 # older v1 ignores the fields and answers an unknown kind with a WireError.
-KINDS = ("request", "events", "resume?", "resume", "cancel", "heartbeat", "embed", "embedded")
+KINDS = ("request", "events", "bundle", "resume?", "resume", "cancel", "heartbeat", "embed", "embedded")
 
 
 class WireError(ValueError):
@@ -157,6 +157,7 @@ def encode_request(req: GenerateRequest) -> bytes:
             "deadline_unix": None if req.deadline is None else to_wall(req.deadline),
             "arrival_unix": to_wall(req.arrival_time),
             "n_resumed": req.n_resumed,
+            "reply_bundles": True,  # this gateway reads `bundle` replies (older workers ignore this)
         }
     )
 
@@ -177,6 +178,11 @@ def decode_request(body: bytes) -> GenerateRequest:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed request message: {exc!r}") from exc
+
+
+def reads_bundles(body: bytes) -> bool:
+    """Whether the gateway that sent this request reads `bundle` replies (v1 gateways before them do not)."""
+    return loads(body, "request").get("reply_bundles") is True
 
 
 def deadline_unix(body: bytes) -> float | None:
@@ -227,26 +233,42 @@ def _event_in(request_id: str, d: dict[str, Any]) -> TokenEvent:
     )
 
 
-def encode_batch(batch: ReplyBatch) -> bytes:
-    return dumps(
-        {
-            "kind": "events",
-            "request_id": batch.request_id,
-            "attempt": batch.attempt,
-            "seq": batch.seq,
-            "events": [_event_out(e) for e in batch.events],
-        }
-    )
+def _batch_out(batch: ReplyBatch) -> dict[str, Any]:
+    return {
+        "request_id": batch.request_id,
+        "attempt": batch.attempt,
+        "seq": batch.seq,
+        "events": [_event_out(e) for e in batch.events],
+    }
 
 
-def decode_batch(body: bytes | dict[str, Any]) -> ReplyBatch:
-    d = body if isinstance(body, dict) else loads(body, "events")
+def _batch_in(d: dict[str, Any]) -> ReplyBatch:
     try:
         rid = str(d["request_id"])
         events = [_event_in(rid, e) for e in d["events"]]
         return ReplyBatch(rid, int(d["attempt"]), int(d["seq"]), events)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise WireError(f"malformed events message: {exc!r}") from exc
+
+
+def encode_batch(batch: ReplyBatch) -> bytes:
+    return dumps({"kind": "events", **_batch_out(batch)})
+
+
+def decode_batch(body: bytes | dict[str, Any]) -> ReplyBatch:
+    return _batch_in(body if isinstance(body, dict) else loads(body, "events"))
+
+
+def encode_bundle(batches: Sequence[ReplyBatch]) -> bytes:
+    """Several requests' batches for one gateway in one message (outbox.py)."""
+    return dumps({"kind": "bundle", "batches": [_batch_out(b) for b in batches]})
+
+
+def decode_bundle(body: bytes) -> list[ReplyBatch]:
+    batches = loads(body, "bundle").get("batches")
+    if not isinstance(batches, list):
+        raise WireError("malformed bundle message: no list of batches")
+    return [_batch_in(d) if isinstance(d, dict) else _batch_in({}) for d in batches]
 
 
 # -- embeddings -------------------------------------------------------------------------------

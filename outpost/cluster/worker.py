@@ -6,7 +6,8 @@ routed to it for the prefix its KV holds) through exactly one single-message con
 broker. Its heartbeat says its load, its lane, and the block hashes of what its slots hold
 (prefix.py), which is what gateways route by. Each request's events are gathered while
 the previous reply's publisher confirm is awaited, so a request sends at most one message per
-engine step (and fewer when steps are faster than a broker round trip). Replies go to the
+engine step (and fewer when steps are faster than a broker round trip); the batches of all requests
+bound for one gateway travel together, one bundle per confirm (outbox.py). Replies go to the
 gateway's queue with `mandatory`: one the broker cannot route means the gateway is gone, and the
 request is aborted. A request is acked only once its final reply is confirmed, so a worker that
 dies leaves it to the broker to redeliver; the next worker asks the gateway what the client already
@@ -23,11 +24,13 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import socket
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import aio_pika
@@ -39,6 +42,7 @@ from outpost.cluster import embed, topology, wire
 from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat
 from outpost.cluster.intake import LANE, SHARED, Intake
 from outpost.cluster.local_engine import LocalEngine
+from outpost.cluster.outbox import Outboxes
 from outpost.cluster.prefix import BLOCK, PrefixIndex
 from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
 
@@ -46,6 +50,8 @@ if TYPE_CHECKING:
     from outpost.tracing import Tracer
 
 _log = logging.getLogger("outpost.cluster.worker")
+
+SendBatch = Callable[[wire.ReplyBatch], Awaitable[None]]  # returns once the batch is confirmed
 
 RESUME_TIMEOUT_S = 10.0
 CANCEL_MEMORY = 4096  # recently cancelled ids, for a cancel that overtakes its request
@@ -111,6 +117,7 @@ class Worker:
         self.completed = 0
         self.lane = topology.lane_queue(model, self.worker_id)
         self._intake: Intake | None = None
+        self._outboxes = Outboxes(self._publish_reply)
 
     @property
     def in_flight(self) -> int:
@@ -284,7 +291,10 @@ class Worker:
         if final is not None:
             await self._reply(reply_to, wire.ReplyBatch(rid, attempt, seq, [final]))
         else:
-            final = await self._generate(request, reply_to, attempt, seq)
+            with self._outboxes.open(reply_to) as box:
+                bundles = wire.reads_bundles(message.body)
+                send = box.send if bundles else functools.partial(self._reply, reply_to)
+                final = await self._generate(request, send, attempt, seq)
             self._note_prefill(final)
             parent = tracing.extract(message.headers)
             if self.tracer is not None and parent is not None and final.timings is not None:
@@ -333,8 +343,10 @@ class Worker:
         finally:
             self._resumes.pop(rid, None)
 
-    async def _generate(self, request: GenerateRequest, reply_to: str, attempt: int, seq: int) -> TokenEvent:
-        """Run `request`, replying a batch per engine step; returns its final event."""
+    async def _generate(
+        self, request: GenerateRequest, send: SendBatch, attempt: int, seq: int
+    ) -> TokenEvent:
+        """Run `request`, replying a batch per engine step through `send`; returns its final event."""
         rid = request.request_id
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[TokenEvent] = asyncio.Queue()
@@ -358,7 +370,7 @@ class Worker:
                 if gateway_gone:
                     continue  # aborted: wait for the engine's final event, send nothing
                 try:
-                    await self._reply(reply_to, wire.ReplyBatch(rid, attempt, seq, batch))
+                    await send(wire.ReplyBatch(rid, attempt, seq, batch))
                     seq += 1
                 except PublishError:
                     _log.warning("worker %s: gateway of %s is gone; aborting it", self.worker_id, rid)
@@ -373,7 +385,10 @@ class Worker:
             self._running.pop(rid, None)
 
     async def _reply(self, reply_to: str, batch: wire.ReplyBatch) -> None:
-        message = aio_pika.Message(wire.encode_batch(batch), correlation_id=batch.request_id)
+        await self._publish_reply(reply_to, wire.encode_batch(batch), batch.request_id)
+
+    async def _publish_reply(self, reply_to: str, body: bytes, correlation: str) -> None:
+        message = aio_pika.Message(body, correlation_id=correlation or None)
         await self._pub.default_exchange.publish(message, routing_key=reply_to, mandatory=True, timeout=30)
 
 

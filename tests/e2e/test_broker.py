@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import stat
 import uuid
+from pathlib import Path
 
 import aio_pika
 import httpx
@@ -73,3 +75,25 @@ def test_broker_restart_keeps_durable_messages(rabbitmq: Broker) -> None:
     rabbitmq.start()
     assert rabbitmq.running()
     assert asyncio.run(asyncio.wait_for(consume_one(rabbitmq.url, queue), 60)) == b"survives"
+
+
+def scheduler_threads(pid: int) -> int:
+    """The Erlang VM's normal scheduler threads (named N_scheduler; dirty ones are N_dirty_*_s)."""
+    names = [(task / "comm").read_text().strip() for task in Path(f"/proc/{pid}/task").iterdir()]
+    return sum(1 for name in names if name.endswith("_scheduler"))
+
+
+def test_erlang_flags_from_the_environment_reach_the_node(tmp_path: Path) -> None:
+    """OUTPOST_BROKER_ERL_ARGS="+S N:N" sets the node's scheduler threads; N is one more than the
+    default (one per CPU), so the test cannot pass without the flag."""
+    n = len(os.sched_getaffinity(0)) + 1
+    broker = Broker(tmp_path / "state", management=False)
+    broker.env["OUTPOST_BROKER_ERL_ARGS"] = f"+S {n}:{n}"
+    broker.start()
+    try:
+        pid = int((broker.state_dir / "rabbit.pid").read_text().strip())
+        assert scheduler_threads(pid) == n
+        queue = f"test.erl.{uuid.uuid4().hex[:8]}"
+        assert roundtrip(broker.url, queue, b"n schedulers") == b"n schedulers"
+    finally:
+        broker.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 import uuid
 import warnings
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 from cluster_fake_engine import CountingEngine, ScriptedEngine, ScriptedRunner
 
-from outpost.cluster import topology
+from outpost.cluster import topology, wire
 from outpost.cluster.gateway import GatewayLink
 from outpost.cluster.remote import RemoteBackend
 from outpost.cluster.worker import Worker
@@ -398,3 +399,39 @@ def test_text_split_across_the_resume_point_is_as_uninterrupted(
     assert "".join(e.text for e in events) == expected
     assert tokens(events) == tokens(reference)
     assert events[-1].finish_reason is reference[-1].finish_reason
+
+
+@pytest.mark.parametrize("gateway_reads_bundles", [True, False])
+def test_replies_come_bundled_only_to_a_gateway_that_reads_bundles(
+    rabbitmq: Any, monkeypatch: pytest.MonkeyPatch, gateway_reads_bundles: bool
+) -> None:
+    """A worker bundles its replies for a gateway that says it reads them (`reply_bundles` on the
+    request); a gateway from before bundles gets one `events` message per request and step. Either
+    way every stream arrives whole and in order."""
+    encode_request, decode_bundle = wire.encode_request, wire.decode_bundle
+    bundles: list[int] = []
+
+    def older_gateway(req: GenerateRequest) -> bytes:
+        obj = json.loads(encode_request(req))
+        del obj["reply_bundles"]
+        return json.dumps(obj).encode()
+
+    def counting(body: bytes) -> list[wire.ReplyBatch]:
+        batches = decode_bundle(body)
+        bundles.append(len(batches))
+        return batches
+
+    if not gateway_reads_bundles:
+        monkeypatch.setattr(wire, "encode_request", older_gateway)
+    monkeypatch.setattr(wire, "decode_bundle", counting)
+    engines = [CountingEngine(slots=4, step_s=0.005)]
+
+    async def main() -> None:
+        async with cluster(rabbitmq, _model(), engines) as (backend, _):
+            streams = [await backend.submit(request(n_prompt=3, max_tokens=12)) for _ in range(4)]
+            for events in await asyncio.gather(*(collect(s) for s in streams)):
+                assert tokens(events) == list(range(3, 15))
+                assert sum(e.finished for e in events) == 1
+
+    run(main())
+    assert bool(bundles) is gateway_reads_bundles

@@ -218,3 +218,35 @@ def test_malformed_embed_messages_are_errors() -> None:
     obj["v"] = 2
     with pytest.raises(wire.WireError, match="wire version 2"):
         wire.decode_embed_job(json.dumps(obj).encode())
+
+
+def test_bundle_round_trip_keeps_each_requests_batch() -> None:
+    batches = [
+        wire.ReplyBatch("a", 0, 3, [TokenEvent("a", token_ids=[7], text="x")]),
+        wire.ReplyBatch(
+            "b", 2, 0, [TokenEvent("b", finish_reason=FinishReason.STOP, timings=Timings(1, 1, 1, 1))]
+        ),
+    ]
+    body = wire.encode_bundle(batches)
+    assert wire.message_kind(body) == "bundle"
+    back = wire.decode_bundle(body)
+    assert [(b.request_id, b.attempt, b.seq, b.events) for b in back] == [
+        (b.request_id, b.attempt, b.seq, b.events) for b in batches
+    ]
+    for bad in (
+        {"kind": "bundle"},
+        {"kind": "bundle", "batches": [{"request_id": "a"}]},
+        {"kind": "bundle", "batches": [3]},
+    ):
+        with pytest.raises(wire.WireError, match="malformed"):
+            wire.decode_bundle(wire.dumps(bad))
+
+
+def test_a_request_says_its_gateway_reads_bundles_and_an_older_one_does_not() -> None:
+    body = wire.encode_request(_request())
+    assert wire.reads_bundles(body)
+    obj = json.loads(body)
+    del obj["reply_bundles"]  # a v1 gateway from before bundles
+    older = json.dumps(obj).encode()
+    assert not wire.reads_bundles(older)
+    assert wire.decode_request(older).request_id == "r1"
