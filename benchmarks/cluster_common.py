@@ -58,8 +58,24 @@ def bench(
     """`outpost bench`'s chat workload (distinct prompts of --input-tokens, streamed outputs of
     --max-tokens, +- `output_std`) at each of `levels` on every target in turn, the same prompts for
     each; closed-loop users start over `ramp_up` seconds."""
+    config = chat_config(ctx, targets, levels, requests, warmup, output_std, ramp_up)
+    result = run_bench_sync(config, Progress())
+    log("\n" + format_tables(result))
+    return result
+
+
+def chat_config(
+    ctx: Ctx,
+    targets: dict[str, str],
+    levels: str,
+    requests: int,
+    warmup: int,
+    output_std: float = 0.0,
+    ramp_up: float = 0.0,
+) -> BenchConfig:
+    """The chat workload's config: prompts of --input-tokens, outputs of --max-tokens +- `output_std`."""
     args = ctx.args
-    config = BenchConfig(
+    return BenchConfig(
         targets=tuple(ServerTarget(url=url, label=label) for label, url in targets.items()),
         plan=make_plan(levels, None, requests, None, warmup, ramp_up),
         scenario=make_scenario("custom", str(args.input_tokens), f"{args.max_tokens},{output_std:g}"),
@@ -67,9 +83,6 @@ def bench(
         timeout=args.timeout,
         extra_body={"temperature": 0.8, **ctx.ban_eog()},
     )
-    result = run_bench_sync(config, Progress())
-    log("\n" + format_tables(result))
-    return result
 
 
 def run_of(result: BenchResult, label: str, level: int) -> tuple[RunSummary, list[RequestRecord]]:

@@ -76,9 +76,7 @@ async def _hops(url: str, n: int) -> dict[str, list[float]]:
 
 def broker_floor(broker: Broker, n: int = FLOOR_MESSAGES) -> dict[str, Any]:
     """p50/p99 ms of each hop and of their sum (per message), on `broker`, from this process's CPUs."""
-    password = broker.password_file.read_text().strip()
-    url = broker.url.replace("amqp://outpost@", f"amqp://outpost:{password}@", 1)
-    hops = asyncio.run(_hops(url, n))
+    hops = asyncio.run(_hops(broker.client_url, n))
     both = [a + b for a, b in zip(hops["request"], hops["reply"], strict=True)]
     out: dict[str, Any] = {}
     for name, samples in (("request_hop", hops["request"]), ("reply_hop", hops["reply"]), ("both", both)):

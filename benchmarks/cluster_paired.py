@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import time
 from contextlib import AsyncExitStack
 from typing import Any
 
-from cluster_common import Ctx, ms
+from cluster_common import Ctx, chat_config, ms
 from common import log
 
 from outpost.bench.client import PATHS, request_body, send
-from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
 from outpost.bench.prompts import Prompt, build_prompts
 from outpost.bench.records import RequestRecord
 from outpost.bench.runner import Connected, connect, prompt_builder
@@ -36,15 +34,8 @@ async def _one(server: Connected, prompt: Prompt, extra: dict[str, Any], timeout
 
 async def _pairs(ctx: Ctx, serve_url: str, gateway_url: str, n: int) -> list[tuple[float, float]]:
     """(serve TTFT, gateway TTFT) in seconds for each of `n` prompts both answered."""
-    args = ctx.args
-    config = BenchConfig(
-        targets=(ServerTarget(url=serve_url, label="serve"), ServerTarget(url=gateway_url, label="gateway")),
-        plan=make_plan("1", None, n, None, 0, 0.0),
-        scenario=make_scenario("custom", str(args.input_tokens), f"{args.max_tokens},{args.a_output_std:g}"),
-        seed=int(time.time()),
-        timeout=args.timeout,
-        extra_body={"temperature": 0.8, **ctx.ban_eog()},
-    )
+    urls = {"serve": serve_url, "gateway": gateway_url}
+    config = chat_config(ctx, urls, "1", n, 0, ctx.args.a_output_std)
     extra = dict(config.extra_body)
     out: list[tuple[float, float]] = []
     async with AsyncExitStack() as stack:

@@ -104,6 +104,12 @@ class Broker:
         return ["--broker", self.url, "--broker-password-file", str(self.password_file)]
 
     @property
+    def client_url(self) -> str:
+        """The URL with the password in it, for clients in this process (never a command line)."""
+        password = self.password_file.read_text().strip()
+        return self.url.replace("amqp://outpost@", f"amqp://outpost:{password}@", 1)
+
+    @property
     def pid(self) -> int | None:
         """The Erlang VM's pid (for its CPU time)."""
         try:

@@ -129,14 +129,6 @@ def vectors_of(reply: wire.EmbedReply) -> Vectors:
 # -- worker -------------------------------------------------------------------------------------
 
 
-def is_job(body: bytes) -> bool:
-    """Whether a request-queue message is an embedding job (anything unreadable is not)."""
-    try:
-        return wire.message_kind(body) == "embed"
-    except wire.WireError:
-        return False
-
-
 async def answer(message: AbstractIncomingMessage, embed: EmbedFn, exchange: AbstractExchange) -> None:
     """Compute one job and reply; ack only after the reply is confirmed (or cannot be routed)."""
     try:

@@ -256,16 +256,17 @@ class GatewayLink:
 
     async def _on_reply(self, message: AbstractIncomingMessage) -> None:
         try:
-            kind = wire.message_kind(message.body)
+            fields = wire.loads(message.body, wire.KINDS)  # parsed once per reply message
+            kind = fields["kind"]
             if kind == "resume?":
                 await self._answer_resume(message)
                 return
             if kind == "embedded":
                 self.embeds.on_reply(wire.decode_embed_reply(message.body))
                 return
-            batches = (
-                wire.decode_bundle(message.body) if kind == "bundle" else [wire.decode_batch(message.body)]
-            )
+            if kind not in ("events", "bundle"):
+                raise wire.WireError(f"a {kind} message does not belong on a reply queue")
+            batches = wire.decode_bundle(fields) if kind == "bundle" else [wire.decode_batch(fields)]
         except wire.WireError as exc:
             _log.warning("ignoring a reply: %s", exc)
             return

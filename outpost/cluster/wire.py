@@ -162,8 +162,8 @@ def encode_request(req: GenerateRequest) -> bytes:
     )
 
 
-def decode_request(body: bytes) -> GenerateRequest:
-    d = loads(body, "request")
+def decode_request(body: bytes | dict[str, Any]) -> GenerateRequest:
+    d = body if isinstance(body, dict) else loads(body, "request")
     try:
         deadline = d.get("deadline_unix")
         return GenerateRequest(
@@ -180,9 +180,10 @@ def decode_request(body: bytes) -> GenerateRequest:
         raise WireError(f"malformed request message: {exc!r}") from exc
 
 
-def reads_bundles(body: bytes) -> bool:
+def reads_bundles(body: bytes | dict[str, Any]) -> bool:
     """Whether the gateway that sent this request reads `bundle` replies (v1 gateways before them do not)."""
-    return loads(body, "request").get("reply_bundles") is True
+    d = body if isinstance(body, dict) else loads(body, "request")
+    return d.get("reply_bundles") is True
 
 
 def deadline_unix(body: bytes) -> float | None:
@@ -264,11 +265,11 @@ def encode_bundle(batches: Sequence[ReplyBatch]) -> bytes:
     return dumps({"kind": "bundle", "batches": [_batch_out(b) for b in batches]})
 
 
-def decode_bundle(body: bytes) -> list[ReplyBatch]:
-    batches = loads(body, "bundle").get("batches")
-    if not isinstance(batches, list):
-        raise WireError("malformed bundle message: no list of batches")
-    return [_batch_in(d) if isinstance(d, dict) else _batch_in({}) for d in batches]
+def decode_bundle(body: bytes | dict[str, Any]) -> list[ReplyBatch]:
+    batches = (body if isinstance(body, dict) else loads(body, "bundle")).get("batches")
+    if not isinstance(batches, list) or not all(isinstance(d, dict) for d in batches):
+        raise WireError("malformed bundle message: not a list of batches")
+    return [_batch_in(d) for d in batches]
 
 
 # -- embeddings -------------------------------------------------------------------------------

@@ -259,17 +259,18 @@ class Worker:
                 await message.reject(requeue=True)
 
     async def _serve(self, message: AbstractIncomingMessage) -> None:
-        if embed.is_job(message.body):  # idempotent: a redelivered job is simply computed again
-            await embed.answer(message, self.engine.embed, self._pub.default_exchange)
-            self.completed += 1
-            return
-        reply_to = message.reply_to
         try:
-            request = wire.decode_request(message.body)
+            fields = wire.loads(message.body, ("request", "embed"))  # parsed once: kind, request, flags
+            request = None if fields["kind"] == "embed" else wire.decode_request(fields)
         except wire.WireError as exc:
             _log.error("worker %s: dropping an unreadable request: %s", self.worker_id, exc)
             await message.reject(requeue=False)  # dead-lettered: the gateway answers it
             return
+        if request is None:  # an embedding job, idempotent: a redelivered one is computed again
+            await embed.answer(message, self.engine.embed, self._pub.default_exchange)
+            self.completed += 1
+            return
+        reply_to = message.reply_to
         rid = request.request_id
         if reply_to is None or self._cancelled.pop(rid, None) is not None:
             await message.ack()
@@ -292,8 +293,7 @@ class Worker:
             await self._reply(reply_to, wire.ReplyBatch(rid, attempt, seq, [final]))
         else:
             with self._outboxes.open(reply_to) as box:
-                bundles = wire.reads_bundles(message.body)
-                send = box.send if bundles else functools.partial(self._reply, reply_to)
+                send = box.send if wire.reads_bundles(fields) else functools.partial(self._reply, reply_to)
                 final = await self._generate(request, send, attempt, seq)
             self._note_prefill(final)
             parent = tracing.extract(message.headers)
