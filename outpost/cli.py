@@ -17,14 +17,22 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from outpost.bench.cli_args import add_bench_parser
-from outpost.cluster.cli_args import add_gateway_parser, add_worker_parser
-from outpost.envflags import use_environment
+from outpost.envflags import MODEL_COMMANDS, subcommand, use_environment
 from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, add_quantize_parser
 from outpost.models.convert.cli_args import add_convert_parser
 from outpost.models.store import resolve_model_arg, sagemaker_model
+from outpost.progressbar import progress_bar
 from outpost.run import PRESETS, UsageError
-from outpost.scheduler.budget import parse_prefill_budget
-from outpost.sizing import int_or_auto
+from outpost.settings import (
+    BrokerSettings,
+    EngineSettings,
+    GatewaySettings,
+    HttpSettings,
+    ServeSettings,
+    TracingSettings,
+    WorkerSettings,
+    add_command_flags,
+)
 
 _log = logging.getLogger("outpost")
 
@@ -37,7 +45,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def _add_kernel_flags(p: argparse.ArgumentParser, default: str | None) -> None:
-    """llama.cpp kernel choices shared by run and serve (llama-server's -fa; --repack auto|on|off)."""
+    """llama.cpp kernel choices of run (llama-server's -fa; --repack auto|on|off)."""
     p.add_argument(
         "-fa",
         "--flash-attn",
@@ -92,74 +100,18 @@ def _add_models_parser(sub: Any) -> None:
     add_models_store_parsers(msub)
 
 
-def _add_serve_parser(sub: Any) -> None:
-    p = sub.add_parser("serve", help="OpenAI-compatible and SageMaker HTTP server (llama-server's flags)")
-    p.add_argument("-m", "--model", help="GGUF file (default: the built-in random-weight demo model)")
-    p.add_argument("-a", "--alias", dest="model_id", help="model id clients use (default: the file stem)")
-    # auto (the default): sized from the memory and cores this process may use (outpost/sizing).
-    p.add_argument("-np", "--parallel", type=int_or_auto, help="slots decoded together (default auto)")
-    p.add_argument("-c", "--ctx-size", type=int_or_auto, help="KV cells for all slots (default auto)")
-    p.add_argument("-t", "--threads", type=int_or_auto, help="CPU threads (default auto: usable cores)")
-    p.add_argument("-ngl", "--n-gpu-layers", type=int, help="layers to offload to GPU")
-    p.add_argument("-sm", "--split-mode", choices=["none", "layer", "row"])
-    p.add_argument("-b", "--batch-size", type=int, help="tokens per decode step (default 512)")
-    p.add_argument("-ub", "--ubatch-size", type=int, help="physical micro-batch (default 512)")
-    p.add_argument(
-        "--prefill-budget",
-        type=parse_prefill_budget,
-        help="prompt tokens per step while other requests generate, so their tokens keep coming "
-        "while long prompts are read: auto (default: from step times measured at start, a step with "
-        "a prompt chunk costs at most 3 one-stream decode steps; 64 at least with flash attention), "
-        "a number, or off/0 (whole -b steps)",
-    )
-    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (default 8080, SageMaker's)")
-    p.add_argument("--api-key", action="append", dest="api_keys", help="accepted API key (repeatable)")
-    p.add_argument("--api-key-file", help="file with one API key per line")
-    p.add_argument("--max-queue", type=int, help="requests waiting beyond the slots (default 64); more: 429")
-    p.add_argument("--request-timeout", type=float, help="seconds from arrival to last token (default 600)")
-    p.add_argument("--max-body", type=int, help="request body limit in bytes (default 4 MiB)")
-    p.add_argument("--default-max-tokens", type=int, help="max_tokens when a request gives none (1024)")
-    p.add_argument("--embedding-model", help="GGUF for /v1/embeddings (default: the served model)")
-    p.add_argument("--ssl-keyfile", help="TLS private key (PEM)")
-    p.add_argument("--ssl-certfile", help="TLS certificate (PEM)")
-    p.add_argument("--cors-origins", help="comma-separated allowed origins, or * (default: CORS off)")
-    p.add_argument("--log-prompts", action="store_true", default=None, help="log prompt and answer text")
-    p.add_argument("--chat-template", help="jinja chat template file overriding the model's")
-    p.add_argument(
-        "--reasoning-format",
-        choices=["auto", "none", "deepseek"],
-        help="auto (default): <think> text goes to reasoning_content; none: it stays in content",
-    )
-    p.add_argument("--no-prefix-cache", action="store_false", dest="prefix_cache", default=None)
-    p.add_argument(
-        "--cache-idle-cells",
-        type=int,
-        help="with a shared KV pool (the default), KV cells finished requests keep for prefix reuse once "
-        "others run (default 0: every decode attends over every used cell, so idle caches slow all "
-        "requests); per-slot streams keep them all",
-    )
-    p.add_argument(
-        "--no-webui", action="store_false", dest="webui", default=None, help="no chat page at / (404)"
-    )
-    p.add_argument("--grace-period", type=float, help="seconds SIGTERM waits for in-flight requests (30)")
-    p.add_argument("--otlp-endpoint", help="export OpenTelemetry spans to this OTLP/HTTP collector URL")
-    p.add_argument(
-        "--sse-keepalive",
-        type=float,
-        help="seconds a stream may go without an event before a `: keep-alive` comment is sent, so "
-        "proxies keep queued and prefilling streams open (default 15; 0: never)",
-    )
-    p.add_argument(
-        "-kvu",
-        "--kv-unified",
-        choices=["auto", "on", "off"],
-        help="a stream of c/np KV cells per slot (auto, off: a token attends only over its own "
-        "slot's cells; idle caches are kept) or one pool for all slots (on: one request may use "
-        "all c cells); AMX's one-token layout and -np 1 always use one pool",
-    )
-    _add_kernel_flags(p, None)
-    p.set_defaults(handler=_cmd_serve)
+def _add_server_parsers(sub: Any) -> None:
+    """serve, worker and gateway: their flags come from the settings blocks (outpost/settings)."""
+    helps = {
+        "serve": "OpenAI-compatible and SageMaker HTTP server (llama-server's flags)",
+        "worker": "serve a model's requests from RabbitMQ (outpost serve's engine flags)",
+        "gateway": "outpost serve's HTTP API in front of workers, over RabbitMQ",
+    }
+    handlers = {"serve": _cmd_serve, "worker": _cmd_worker, "gateway": _cmd_gateway}
+    for name, help_text in helps.items():
+        p = sub.add_parser(name, help=help_text)
+        add_command_flags(p, name)
+        p.set_defaults(handler=handlers[name])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -168,31 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     _add_run_parser(sub)
     _add_models_parser(sub)
-    _add_serve_parser(sub)
     add_bench_parser(sub)
     add_pull_parser(sub)
     add_quantize_parser(sub)
     add_convert_parser(sub)
-    add_worker_parser(sub, _cmd_worker)
-    add_gateway_parser(sub, _cmd_gateway)
+    _add_server_parsers(sub)
     return parser
-
-
-def progress_bar(desc: str) -> Callable[[int, int, str], None]:
-    """A stderr progress callback `(done, total, label)` for long tasks."""
-    from tqdm import tqdm
-
-    bar: list[Any] = []
-
-    def update(done: int, total: int, label: str) -> None:
-        if not bar:
-            bar.append(tqdm(total=total, desc=desc, unit="tensor", file=sys.stderr, leave=True))
-        bar[0].set_postfix_str(label[:40], refresh=False)
-        bar[0].update(done - bar[0].n)
-        if done >= total:
-            bar[0].close()
-
-    return update
 
 
 def _cmd_models_synth(args: argparse.Namespace) -> int:
@@ -227,40 +160,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return run_command(args)
 
 
-# `outpost serve` flags that map one-to-one onto ServerConfig fields.
-_SERVE_OPTIONS = (
-    "model_id parallel ctx_size threads n_gpu_layers split_mode batch_size ubatch_size host port max_queue "
-    "request_timeout max_body default_max_tokens embedding_model ssl_keyfile ssl_certfile log_prompts "
-    "prefix_cache cache_idle_cells grace_period flash_attn repack kv_unified reasoning_format sse_keepalive"
-    " prefill_budget webui otlp_endpoint"
-).split()
-
-
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from outpost.api import serve
-    from outpost.api.config import build_server_config
+    from outpost.commands.serve import serve
 
-    options = {name: getattr(args, name) for name in _SERVE_OPTIONS}
-    options["api_keys"] = tuple(args.api_keys) if args.api_keys else None
-    options["cors_origins"] = (
-        tuple(o.strip() for o in args.cors_origins.split(",")) if args.cors_origins else None
-    )
+    engine = EngineSettings.from_args(args)
     # -m (or OUTPOST_MODEL / OUTPOST_MODEL_PATH), else a GGUF in SageMaker's /opt/ml/model, else the demo.
-    options["model_path"] = _resolve_model(args.model or sagemaker_model(), "serve")
-    config = build_server_config(options, args.api_key_file, args.chat_template)
-    return serve(config)
+    model_path = _resolve_model(engine.model or sagemaker_model(), "serve")
+    blocks = HttpSettings.from_args(args), ServeSettings.from_args(args), TracingSettings.from_args(args)
+    return serve(model_path, engine, *blocks)
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from outpost.cluster.cli_args import run_worker
+    from outpost.commands.worker import run_worker
 
-    return run_worker(args, resolve_model_arg(args.model))
+    engine = EngineSettings.from_args(args)
+    if not engine.model:
+        raise UsageError("outpost worker needs -m/--model (or OUTPOST_MODEL): a GGUF file or store name")
+    broker, own = BrokerSettings.from_args(args), WorkerSettings.from_args(args)
+    return run_worker(resolve_model_arg(engine.model), broker, engine, own, TracingSettings.from_args(args))
 
 
 def _cmd_gateway(args: argparse.Namespace) -> int:
-    from outpost.cluster.cli_args import run_gateway
+    from outpost.commands.gateway import run_gateway
 
-    return run_gateway(args, [resolve_model_arg(m) for m in args.model])
+    own = GatewaySettings.from_args(args)
+    if not own.models:
+        raise UsageError("outpost gateway needs -m/--model (or OUTPOST_MODEL): the models it serves")
+    paths = [resolve_model_arg(m) for m in own.models]
+    blocks = HttpSettings.from_args(args), TracingSettings.from_args(args)
+    return run_gateway(paths, BrokerSettings.from_args(args), own, *blocks)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -291,7 +219,9 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-if __name__ == "__main__":  # `python -m outpost.cli`: the console script's way in, huge pages included
-    from outpost.entry import main as entry_main
+if __name__ == "__main__":  # `python -m outpost.cli`: as the console script (outpost/entry.py) runs it
+    from outpost.engine.hugepages import reexec_with_hugepages
 
-    sys.exit(entry_main())
+    if subcommand(sys.argv[1:]) in MODEL_COMMANDS:
+        reexec_with_hugepages()
+    sys.exit(main())

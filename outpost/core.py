@@ -247,15 +247,6 @@ class EngineClient:
         """
         return LocalStream(self.core, request)
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenEvent]:
-        """Yields the request's events; leaving the loop early (or being cancelled) aborts it."""
-        stream = self.open(request)
-        try:
-            async for event in stream:
-                yield event
-        finally:
-            await stream.aclose()
-
     def generate_sync(self, request: GenerateRequest) -> Iterator[TokenEvent]:
         """Blocking version for the CLI; closing the iterator early aborts the request."""
         events: queue.SimpleQueue[TokenEvent] = queue.SimpleQueue()

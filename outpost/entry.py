@@ -8,17 +8,11 @@ makes the second start cost ~0.03 s instead of ~0.4 s.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 
 from outpost.engine.hugepages import reexec_with_hugepages
+from outpost.envflags import MODEL_COMMANDS, subcommand
 
-MODEL_COMMANDS = frozenset({"run", "serve", "worker"})
-
-
-def subcommand(argv: Sequence[str]) -> str | None:
-    """The subcommand of a command line: its first word that is not an option (the top-level
-    parser's only options are flags, so no option value can come first)."""
-    return next((arg for arg in argv if not arg.startswith("-")), None)
+__all__ = ["MODEL_COMMANDS", "main", "subcommand"]
 
 
 def main() -> int:

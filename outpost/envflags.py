@@ -4,8 +4,8 @@ The name comes from the long flag (`--api-key-file` -> `OUTPOST_API_KEY_FILE`, `
 `OUTPOST_ALIAS`, `--no-prefix-cache` -> `OUTPOST_NO_PREFIX_CACHE`). A variable becomes the flag's
 default, so a flag on the command line still wins. Lists (repeatable flags) are comma-separated;
 switches take 1/true/yes/on or 0/false/no/off; an empty variable is unset. Applied to whichever of
-ENV_COMMANDS is being run, so a subcommand added later (gateway, worker) gets its variables by being
-named here; `--help` lists them.
+ENV_COMMANDS is being run; the flags themselves are generated from the settings blocks
+(outpost/settings), which list each variable in `--help` with `annotate`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,24 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from outpost.entry import subcommand
-
 PREFIX = "OUTPOST_"
 ENV_COMMANDS = ("serve", "gateway", "worker")
+MODEL_COMMANDS = frozenset({"run", "serve", "worker"})  # those that load a model: on huge pages
 # Names the README documented before the rule above; the flag's own name wins when both are set.
-ALIASES = {"OUTPOST_MODEL_PATH": "--model", "OUTPOST_API_KEYS": "--api-key"}
+# OUTPOST_BROKER_URL: the workers' and gateways' first variable for --broker.
+ALIASES = {
+    "OUTPOST_MODEL_PATH": "--model",
+    "OUTPOST_API_KEYS": "--api-key",
+    "OUTPOST_BROKER_URL": "--broker",
+}
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+def subcommand(argv: Sequence[str]) -> str | None:
+    """The subcommand of a command line: its first word that is not an option (the top-level
+    parser's only options are flags, so no option value can come first)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
 def env_name(action: argparse.Action) -> str | None:
@@ -82,12 +92,12 @@ def apply_env(command: argparse.ArgumentParser, environ: Mapping[str, str]) -> N
             action.required = False
 
 
-def annotate_help(command: argparse.ArgumentParser) -> None:
-    """Append `[env: OUTPOST_*]` to each flag's help, so `--help` lists the variables."""
-    for action in command._actions:
-        names = _names(action)
-        if names and action.help != argparse.SUPPRESS:
-            action.help = f"{action.help or ''} [env: {', '.join(names)}]".strip()
+def annotate(action: argparse.Action) -> None:
+    """Append `[env: OUTPOST_*]` to the flag's help, so `--help` lists its variables (the settings
+    blocks call this for each flag they generate)."""
+    names = _names(action)
+    if names and action.help != argparse.SUPPRESS:
+        action.help = f"{action.help or ''} [env: {', '.join(names)}]".strip()
 
 
 def use_environment(
@@ -96,10 +106,10 @@ def use_environment(
     environ: Mapping[str, str] | None = None,
     commands: Iterable[str] = ENV_COMMANDS,
 ) -> None:
-    """Before `parser.parse_args(argv)`: env defaults and help notes for the server subcommand run."""
+    """Before `parser.parse_args(argv)`: env defaults for the server subcommand run (its help notes
+    come with its flags: outpost/settings)."""
     name = subcommand(argv)
     command = subparsers(parser).get(name) if name in set(commands) else None
     if command is None:
         return
-    annotate_help(command)
     apply_env(command, os.environ if environ is None else environ)

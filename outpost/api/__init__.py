@@ -1,12 +1,12 @@
-"""Outpost's HTTP API: OpenAI-compatible and SageMaker routes over an `EngineClient`.
+"""Outpost's HTTP API: OpenAI-compatible and SageMaker routes over `InferenceBackend`s.
 
-`create_app` builds the FastAPI app; `serve` runs it with uvicorn (the `outpost serve` command).
-This package translates HTTP JSON to `GenerateRequest` and `TokenEvent` to JSON/SSE; it never
-touches llama.cpp.
+`create_app` builds the FastAPI app over backends (outpost/backend.py's protocol: a local engine for
+`outpost serve`, remote ones for a gateway) and `HttpSettings` (outpost/settings); `api.server` runs
+it under uvicorn with a graceful drain. This package translates HTTP JSON to `GenerateRequest` and
+`TokenEvent` to JSON/SSE; it imports neither the engine nor a backend's implementation: the commands'
+composition roots (outpost/commands) build those.
 """
 
 from outpost.api.app import create_app
-from outpost.api.config import ServerConfig
-from outpost.api.server import serve
 
-__all__ = ["ServerConfig", "create_app", "serve"]
+__all__ = ["create_app"]

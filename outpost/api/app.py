@@ -22,13 +22,13 @@ from starlette.routing import Route
 import outpost
 from outpost.api import embeddings, llama_routes, openai_routes, sagemaker, webui
 from outpost.api.auth import ApiKeyMiddleware
-from outpost.api.config import ServerConfig
 from outpost.api.errors import install_error_handlers
 from outpost.api.limits import BodyLimitMiddleware
 from outpost.api.metrics import Metrics
 from outpost.api.requestlog import RequestLogMiddleware
 from outpost.api.state import BackendFactory, Backends, ServerState
-from outpost.tracing import Tracer, tracer_for
+from outpost.settings import HttpSettings
+from outpost.tracing import Tracer
 
 
 def _lifespan(state: ServerState, factory: BackendFactory | None) -> Any:
@@ -46,13 +46,18 @@ def _lifespan(state: ServerState, factory: BackendFactory | None) -> Any:
 
 
 def create_app(
-    backends: Backends | BackendFactory, config: ServerConfig, tracer: Tracer | None = None
+    backends: Backends | BackendFactory,
+    config: HttpSettings,
+    model_id: str,
+    *,
+    embedding_ids: tuple[str, ...] = (),
+    slots: int | None = None,
+    tracer: Tracer | None = None,
 ) -> FastAPI:
-    """An app serving `backends` (model id -> InferenceBackend), or what `backends()` loads.
-
-    Spans go to `tracer`, else to --otlp-endpoint's collector when one is configured."""
+    """An app serving `backends` (model id -> InferenceBackend; `model_id` the default), or what
+    `backends()` loads. Spans go to `tracer` (None: no tracing); see ServerState for the rest."""
     metrics = Metrics()
-    state = ServerState(config, metrics)
+    state = ServerState(config, metrics, model_id, embedding_ids, slots)
     factory: BackendFactory | None = backends if callable(backends) else None
     if factory is None:
         assert not callable(backends)
@@ -82,6 +87,5 @@ def create_app(
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "x-api-key"],
         )
-    tracer = tracer or tracer_for(config.otlp_endpoint, "outpost")
     app.add_middleware(RequestLogMiddleware, state=state, known_paths=known, tracer=tracer)
     return app

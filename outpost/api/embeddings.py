@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import struct
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -36,8 +35,7 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]
     """Sentence embeddings for a string or a list of strings."""
     state = state_of(request)
     model_id, backend = state.backend_for(None)
-    extra = [Path(state.config.embedding_model).stem] if state.config.embedding_model else []
-    if body.model and body.model not in extra:
+    if body.model and body.model not in state.embedding_ids:
         model_id, backend = state.backend_for(body.model)  # a gateway serves several models
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
     try:

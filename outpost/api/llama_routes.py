@@ -57,7 +57,7 @@ async def health(request: Request) -> JSONResponse:
     body: dict[str, Any] = {
         "status": state.status,
         "model": state.model_id,
-        "slots_total": stats.slots_total if stats is not None else state.config.parallel,
+        "slots_total": stats.slots_total if stats is not None else state.slots,
         "slots_busy": stats.slots_busy if stats is not None else 0,
         "queue_depth": stats.queue_depth if stats is not None else 0,
     }

@@ -21,17 +21,6 @@ from outpost.messages import ChatTemplateError, GenerateRequest, SamplingParams
 DEFAULTS = SamplingParams()  # llama-server's defaults live in the dataclass
 
 
-def check_model(requested: str | None, served: str, also: Sequence[str] = ()) -> None:
-    """404 unless `requested` is empty, the served model or one of `also` (embeddings' own model)."""
-    if requested and requested != served and requested not in also:
-        raise ApiError(
-            404,
-            f"the model {requested!r} does not exist here; this server serves {served!r} (see /v1/models)",
-            param="model",
-            code="model_not_found",
-        )
-
-
 def check_n(n: int | None) -> None:
     if n is not None and n != 1:
         raise bad_request(f"n={n} is not supported: this server returns exactly one choice (n=1)", param="n")

@@ -3,7 +3,8 @@
 On the first SIGTERM (or Ctrl-C) the server keeps listening but answers new requests with 503 and
 /health says `draining`; once the in-flight requests finish, or the grace period ends, uvicorn
 shuts down and the process exits 0. A second signal stops at once. A model that fails to load
-ends the process with exit code 1.
+ends the process with exit code 1. What runs under it is built by the composition roots
+(outpost/commands: serve; outpost/cluster/gateway_main.py: gateway).
 """
 
 from __future__ import annotations
@@ -11,36 +12,18 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from functools import partial
 from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
 
-from outpost.api.app import create_app
-from outpost.api.config import ServerConfig, sized_config
 from outpost.api.requestlog import access_log
-from outpost.api.state import BackendFactory, Backends, ServerState
+from outpost.api.state import ServerState
+from outpost.settings import HttpSettings
 from outpost.sizing import Plan
 from outpost.sizing.plan import human_bytes, plural
 
 _log = logging.getLogger("outpost.api")
-
-
-def build_local_backends(config: ServerConfig) -> Backends:
-    """Load the model and start its engine thread (runs in a worker thread at startup)."""
-    from outpost.local import LocalBackend
-    from outpost.runtime import Engine
-
-    engine = Engine(
-        config.engine_config(),
-        max_queue=config.max_queue,
-        prefix_cache=config.prefix_cache,
-        idle_cache_cells=config.cache_idle_cells,
-        prefill_budget=config.prefill_budget,
-    )
-    threads = config.threads if isinstance(config.threads, int) else 0
-    return {config.served_model_id: LocalBackend(engine, config.embedding_model, threads)}
 
 
 def configure_logging() -> None:
@@ -101,7 +84,7 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def uvicorn_config(app: FastAPI, config: ServerConfig) -> tuple[uvicorn.Config, str]:
+def uvicorn_config(app: FastAPI, config: HttpSettings) -> tuple[uvicorn.Config, str]:
     """How `outpost serve` and `outpost gateway` run their app under uvicorn, and its URL."""
     uv_config = uvicorn.Config(
         app,
@@ -119,32 +102,17 @@ def uvicorn_config(app: FastAPI, config: ServerConfig) -> tuple[uvicorn.Config, 
     return uv_config, f"{scheme}://{config.host}:{config.port}"
 
 
-def serve(config: ServerConfig, backend_factory: BackendFactory | None = None) -> int:
-    """Serve until stopped; returns the process exit code."""
-    config.engine_config()  # a bad model file is a usage error, before anything starts
-    config, plan = sized_config(config)
-    configure_logging()
-    app = create_app(backend_factory or partial(build_local_backends, config), config)
-    uv_config, url = uvicorn_config(app, config)
-    _log.info("loading %s; listening on %s", config.model_path, url)
-    server = DrainingServer(uv_config, app.state.server, url, plan)
-    server.run()
-    return server.exit_code
-
-
 def ready_summary(state: ServerState, plan: Plan | None) -> str:
     """The ready line's sizing: `8 slots x 8192 positions, 1.4 GiB KV (65536 cells), 2 threads:
-    <where the numbers came from>; ` (the config holds the sized values by now); "" where nothing
+    <where the numbers came from>; ` (from the plan, which holds the sized values); "" where nothing
     was sized here (a gateway, a test's stand-in backend)."""
-    config = state.config
     backend = next(iter(state.backends.values()), None)
     if backend is None or plan is None:
         return ""
     cells = backend.describe().get("n_ctx", plan.n_ctx)
-    threads = config.threads if isinstance(config.threads, int) else plan.threads
     return (
         f"{plural(plan.slots, 'slot')} x {backend.n_ctx_seq} positions, {human_bytes(plan.kv_bytes)} KV "
-        f"({cells} cells), {plural(threads, 'thread')}: {plan.why()}; "
+        f"({cells} cells), {plural(plan.threads, 'thread')}: {plan.why()}; "
     )
 
 
@@ -155,4 +123,4 @@ def _engine_summary(state: ServerState) -> str:
     return f" ({serving})" if serving else ""
 
 
-__all__ = ["DrainingServer", "build_local_backends", "ready_summary", "serve"]
+__all__ = ["DrainingServer", "configure_logging", "ready_summary", "uvicorn_config"]

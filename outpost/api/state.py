@@ -13,10 +13,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Literal
 
-from outpost.api.config import ServerConfig
 from outpost.api.errors import ApiError, not_ready
 from outpost.api.metrics import Metrics
 from outpost.backend import BackendStats, InferenceBackend
+from outpost.settings import HttpSettings
 
 _log = logging.getLogger("outpost.api")
 
@@ -28,10 +28,21 @@ BackendFactory = Callable[[], Backends]
 class ServerState:
     """Everything routes share. Mutated only on the event loop, except `backends` set by the loader."""
 
-    def __init__(self, config: ServerConfig, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        config: HttpSettings,
+        metrics: Metrics,
+        model_id: str,
+        embedding_ids: tuple[str, ...] = (),
+        slots: int | None = None,
+    ) -> None:
+        """model_id: the default model's id (known before it loads); embedding_ids: extra ids
+        /v1/embeddings answers to (serve's --embedding-model); slots: /health's figure while loading."""
         self.config = config
         self.metrics = metrics
-        self.model_id = config.served_model_id
+        self.model_id = model_id
+        self.embedding_ids = embedding_ids
+        self.slots = slots
         self.backends: dict[str, InferenceBackend] = {}
         self.status: Status = "loading"
         self.load_error: str | None = None

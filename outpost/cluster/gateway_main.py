@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from outpost.api.app import create_app
-from outpost.api.config import ServerConfig
 from outpost.api.server import DrainingServer, configure_logging, uvicorn_config
 from outpost.cluster import topology
 from outpost.cluster.gateway import GatewayLink
 from outpost.cluster.metrics import ClusterCollector
 from outpost.cluster.remote import RemoteBackend
+from outpost.settings import GatewaySettings, HttpSettings, TracingSettings
 from outpost.tracing import Tracer
 
 _log = logging.getLogger("outpost.api")
@@ -32,55 +32,51 @@ def model_id(path: str) -> str:
 
 
 def serve_gateway(
-    config: ServerConfig,
+    config: HttpSettings,
+    own: GatewaySettings,
+    tracing: TracingSettings,
     url: str,
     model_paths: list[str],
-    ctx_size: int | None = None,
-    management_url: str | None = None,
-    prefix_routing: bool = True,
 ) -> int:
     """Serve until stopped; returns the process exit code."""
     configure_logging()
-    return asyncio.run(_serve(config, url, model_paths, ctx_size, management_url, prefix_routing))
+    return asyncio.run(_serve(config, own, tracing, url, model_paths))
 
 
 async def _serve(
-    config: ServerConfig,
-    url: str,
-    model_paths: list[str],
-    ctx_size: int | None,
-    management_url: str | None,
-    prefix_routing: bool,
+    config: HttpSettings, own: GatewaySettings, tracing: TracingSettings, url: str, model_paths: list[str]
 ) -> int:
     loop = asyncio.get_running_loop()
     ids = [model_id(p) for p in model_paths]
     if len(set(ids)) != len(ids):
         raise ValueError(f"two -m models have the same id: {ids}")
-    link = GatewayLink(url, ids, prefix_routing=prefix_routing)
+    link = GatewayLink(url, ids, prefix_routing=own.prefix_routing == "on")
     opened: list[Any] = []
+    template = own.template_text()
 
     def load() -> dict[str, RemoteBackend]:
         from outpost.engine.codec import load_codec
 
         backends: dict[str, RemoteBackend] = {}
         for mid, path in zip(ids, model_paths, strict=True):
-            vocab_model = load_codec(path, config.chat_template)
+            vocab_model = load_codec(path, template)
             opened.append(vocab_model)
             facts = vocab_model.describe()
-            n_ctx = ctx_size or min(int(facts.get("n_ctx_train") or MAX_POSITIONS), MAX_POSITIONS)
+            n_ctx = min(int(facts.get("n_ctx_train") or MAX_POSITIONS), MAX_POSITIONS)
             backends[mid] = RemoteBackend(link, mid, vocab_model.codec, n_ctx, facts, config.request_timeout)
         asyncio.run_coroutine_threadsafe(link.start(CONNECT_TIMEOUT_S), loop).result()
-        policy = topology.apply_length_policy(link.url, management_url, ids, config.max_queue)
+        policy = topology.apply_length_policy(link.url, own.broker_management_url, ids, own.max_queue)
         asyncio.run_coroutine_threadsafe(policy, loop).result()
         return backends
 
     # The request's span is the gateway's; queue wait, prefill and decode come from the worker.
+    endpoint = tracing.otlp_endpoint
     tracer = (
-        Tracer(config.otlp_endpoint, "outpost-gateway", request_span="gateway receive", engine_phases=False)
-        if config.otlp_endpoint
+        Tracer(endpoint, "outpost-gateway", request_span="gateway receive", engine_phases=False)
+        if endpoint
         else None
     )
-    app = create_app(load, config, tracer=tracer)
+    app = create_app(load, config, ids[0], tracer=tracer)
     app.state.server.metrics.registry.register(ClusterCollector(link))
     uv_config, where = uvicorn_config(app, config)
     _log.info(

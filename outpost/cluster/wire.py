@@ -103,12 +103,6 @@ def loads(body: bytes, kind: str | tuple[str, ...]) -> dict[str, Any]:
     return obj
 
 
-def message_kind(body: bytes) -> str:
-    """The kind of a v1 message (for queues that carry several kinds)."""
-    obj = loads(body, KINDS)
-    return str(obj["kind"])
-
-
 # -- times ------------------------------------------------------------------------------------
 
 
@@ -184,12 +178,6 @@ def reads_bundles(body: bytes | dict[str, Any]) -> bool:
     """Whether the gateway that sent this request reads `bundle` replies (v1 gateways before them do not)."""
     d = body if isinstance(body, dict) else loads(body, "request")
     return d.get("reply_bundles") is True
-
-
-def deadline_unix(body: bytes) -> float | None:
-    """The absolute deadline of an encoded request (for the message's expiration)."""
-    value = loads(body, "request").get("deadline_unix")
-    return None if value is None else float(value)
 
 
 # -- events -----------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Literal
 
+from outpost.home import outpost_home
+
 _log = logging.getLogger(__name__)
 
 WeightLayout = Literal["repacked", "plain", "amx-gemv", "repacked-no-amx"]
@@ -54,8 +56,6 @@ def _machine_key() -> str:
 
 
 def _probe_dir() -> Path:
-    from outpost.models.home import outpost_home  # lazy: outpost.models imports the engine
-
     return outpost_home() / "probe"
 
 
@@ -78,13 +78,18 @@ def amx_tiles_work() -> bool:
     return works
 
 
-def _run_probe() -> bool:
-    from outpost.models.synth import write_synthetic_model  # lazy, as above
+def _write_probe_model(model: Path) -> None:
+    """The tiny q8_0 model the probe decodes, made by `outpost models synth` in a child process:
+    outpost.models builds on the engine (its quantizer), so the engine does not import it."""
+    cmd = [sys.executable, "-m", "outpost.cli", "models", "synth", "--shape", "tiny", "--quant", "q8_0"]
+    subprocess.run([*cmd, "--seed", "0", "-o", str(model)], capture_output=True, check=True)
 
+
+def _run_probe() -> bool:
     model = _probe_dir() / "tiny-q8_0.gguf"
     if not model.is_file():
-        write_synthetic_model("tiny", model, quant="q8_0", seed=0)
-    cmd = [sys.executable, "-m", "outpost.engine.cpu_probe", str(model)]
+        _write_probe_model(model)
+    cmd = [sys.executable, "-m", "outpost.engine.amx_child", str(model)]
     try:
         proc = subprocess.run(cmd, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -112,26 +117,3 @@ def choose_layout(repack: Literal["auto", "on", "off"], n_slots: int = 1) -> Wei
     if repack == "on" or not cpu_has_amx() or amx_tiles_work():
         return "repacked"
     return "amx-gemv" if n_slots <= ONE_TOKEN_MAX_SLOTS else "repacked-no-amx"
-
-
-def _probe_child(model_path: str) -> None:
-    """Decodes one 4-token batch with llama.cpp's extra buffer types; dies with SIGILL if tiles fault."""
-    from outpost.engine.batch import TokenBatch
-    from outpost.engine.config import EngineConfig
-    from outpost.engine.lib import llama
-    from outpost.engine.model import LoadedModel
-    from outpost.scheduler.output import BatchChunk
-
-    cfg = EngineConfig(model_path=model_path, n_ctx=64, n_batch=8, n_ubatch=8, n_seq_max=1, repack="on")
-    model = LoadedModel(cfg)
-    try:
-        batch = TokenBatch(8)
-        batch.fill([BatchChunk(0, [1, 2, 3, 4], 0, True)])
-        status = int(llama.llama_decode(model.ctx, batch.struct))
-    finally:
-        model.close()
-    sys.exit(0 if status == 0 else 3)
-
-
-if __name__ == "__main__":
-    _probe_child(sys.argv[1])

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from outpost.progressbar import progress_bar
+
 from outpost.models.files import temp_path_beside
 from outpost.models.gguf_info import format_parameters
 
@@ -109,7 +111,6 @@ def _cmd_models_rm(args: argparse.Namespace) -> int:
 
 
 def _cmd_quantize(args: argparse.Namespace) -> int:
-    from outpost.cli import progress_bar
     from outpost.engine.quantize import canonical_quant_type, quantize_gguf
 
     qtype = canonical_quant_type(args.type)

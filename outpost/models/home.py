@@ -7,9 +7,9 @@ place), so concurrent first runs at worst both generate and one rename wins with
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from outpost.home import outpost_home
 from outpost.models.synth import ProgressFn, write_synthetic_model
 
 DEMO_SHAPE = "tiny"
@@ -19,11 +19,7 @@ DEMO_SHAPE = "tiny"
 DEMO_QUANT = "f16"
 DEMO_SEED = 0
 
-
-def outpost_home() -> Path:
-    """$OUTPOST_HOME if set (and non-empty), else ~/.cache/outpost. Not created here."""
-    env = os.environ.get("OUTPOST_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "outpost"
+__all__ = ["DEMO_QUANT", "DEMO_SEED", "DEMO_SHAPE", "demo_model_path", "ensure_demo_model", "outpost_home"]
 
 
 def demo_model_path() -> Path:

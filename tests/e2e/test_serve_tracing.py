@@ -73,13 +73,13 @@ def test_a_gateway_tracer_names_its_span_and_exposes_it_to_the_handler(
     from fastapi.testclient import TestClient
 
     from outpost.api.app import create_app
-    from outpost.api.config import ServerConfig
+    from outpost.settings import HttpSettings
     from outpost.tracing import Tracer, current
 
     tracer = Tracer(
         otlp_collector.http_endpoint, "outpost-gateway", request_span="gateway receive", engine_phases=False
     )
-    app = create_app({}, ServerConfig(model_path=str(tiny_model)), tracer=tracer)  # no backend needed
+    app = create_app({}, HttpSettings(), tiny_model.stem, tracer=tracer)  # no backend needed
 
     async def probe() -> dict[str, str | None]:
         ctx = current.get()

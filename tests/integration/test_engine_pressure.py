@@ -62,7 +62,7 @@ async def _collect(engine: Engine, req: GenerateRequest) -> tuple[list[int], str
     tokens: list[int] = []
     text: list[str] = []
     last: TokenEvent | None = None
-    async for event in engine.client.generate(req):
+    async for event in engine.client.open(req):
         tokens += event.token_ids
         text.append(event.text)
         last = event
@@ -148,7 +148,7 @@ def test_a_prefix_copied_from_a_busy_slot_gives_the_same_tokens(tiny_model: Path
             async def first() -> tuple[list[int], str, TokenEvent]:
                 tokens: list[int] = []
                 last = None
-                async for event in eng.client.generate(GenerateRequest(prompts[0], 48, GREEDY)):
+                async for event in eng.client.open(GenerateRequest(prompts[0], 48, GREEDY)):
                     tokens += event.token_ids
                     first_token.set()
                     last = event

@@ -81,7 +81,7 @@ def test_sixteen_concurrent_requests_finish_with_the_right_lengths(engine: Engin
         req.sampling = SamplingParams(temperature=0.7, seed=i, ignore_eos=True)
         n = 0
         reason = None
-        async for event in engine.client.generate(req):
+        async for event in engine.client.open(req):
             n += len(event.token_ids)
             reason = event.finish_reason
         return i, n, reason
@@ -125,7 +125,7 @@ def test_quantized_model_serves_batches(tiny_model: Path, tmp_path: Path) -> Non
             async def one(i: int) -> int:
                 req = GenerateRequest(_chat(eng, f"Quantized request {i} about rivers"), max_tokens=12)
                 req.sampling = SamplingParams(temperature=0.5, seed=i, ignore_eos=True)
-                return sum([len(e.token_ids) async for e in eng.client.generate(req)])
+                return sum([len(e.token_ids) async for e in eng.client.open(req)])
 
             return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(4))), timeout=60)
 
@@ -147,7 +147,7 @@ def test_a_stream_per_slot_serves_batches_and_copies_prefixes_across_slots(tiny_
 
         async def one(i: int) -> int:
             req = GenerateRequest(_chat(engine, f"Story {i}"), max_tokens=8 + i, sampling=GREEDY)
-            return sum([len(event.token_ids) async for event in engine.client.generate(req)])
+            return sum([len(event.token_ids) async for event in engine.client.open(req)])
 
         async def all_of_them() -> list[int]:
             return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(8))), timeout=120)

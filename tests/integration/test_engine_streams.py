@@ -35,7 +35,7 @@ def _engine(model: Path) -> Engine:
 async def _tokens(engine: Engine, req: GenerateRequest) -> tuple[list[int], TokenEvent]:
     tokens: list[int] = []
     last: TokenEvent | None = None
-    async for event in engine.client.generate(req):
+    async for event in engine.client.open(req):
         tokens += event.token_ids
         last = event
     assert last is not None and last.finished

@@ -16,22 +16,20 @@ import pytest
 from fake_backend import FakeBackend
 
 from outpost.api.app import create_app
-from outpost.api.config import ServerConfig
 from outpost.messages import BackendUnavailable, QueueFull, RequestRejected
+from outpost.settings import HttpSettings
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 
 
 @pytest.fixture()
-def config(tmp_path: Path) -> ServerConfig:
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    return ServerConfig(model_path=str(model), model_id="m")
+def config() -> HttpSettings:
+    return HttpSettings()
 
 
-def run(coro_fn, backends, config: ServerConfig):  # type: ignore[no-untyped-def]
+def run(coro_fn, backends, config: HttpSettings):  # type: ignore[no-untyped-def]
     async def main():  # type: ignore[no-untyped-def]
-        app = create_app(backends, config)
+        app = create_app(backends, config, "m")
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             return await coro_fn(client)
@@ -39,7 +37,7 @@ def run(coro_fn, backends, config: ServerConfig):  # type: ignore[no-untyped-def
     return asyncio.run(main())
 
 
-def test_chat_and_stream_through_the_protocol(config: ServerConfig) -> None:
+def test_chat_and_stream_through_the_protocol(config: HttpSettings) -> None:
     backend = FakeBackend("hello")
 
     async def go(client: httpx.AsyncClient):  # type: ignore[no-untyped-def]
@@ -70,7 +68,7 @@ def test_chat_and_stream_through_the_protocol(config: ServerConfig) -> None:
     ],
 )
 def test_an_awaited_refusal_is_an_error_status_before_any_stream_byte(
-    config: ServerConfig, refusal: BaseException, status: int, retry_after: bool
+    config: HttpSettings, refusal: BaseException, status: int, retry_after: bool
 ) -> None:
     backend = FakeBackend()
     backend.admit.clear()  # submit awaits, as a publisher confirm does
@@ -95,7 +93,7 @@ def test_an_awaited_refusal_is_an_error_status_before_any_stream_byte(
         assert r.headers["retry-after"] == "3"
 
 
-def test_models_by_id_and_unknown_model_is_404(config: ServerConfig) -> None:
+def test_models_by_id_and_unknown_model_is_404(config: HttpSettings) -> None:
     a, b = FakeBackend("aaaa"), FakeBackend("bbbb")
 
     async def go(client: httpx.AsyncClient):  # type: ignore[no-untyped-def]
@@ -120,7 +118,7 @@ def test_models_by_id_and_unknown_model_is_404(config: ServerConfig) -> None:
     "refusal", [QueueFull("queue is full"), BackendUnavailable("broker unreachable", retry_after=3)]
 )
 def test_embeddings_refused_by_a_broker_answer_as_chat_does(
-    config: ServerConfig, refusal: BaseException
+    config: HttpSettings, refusal: BaseException
 ) -> None:
     backend = FakeBackend()
     backend.refuse = backend.refuse_embed = refusal
@@ -145,7 +143,7 @@ def test_embeddings_refused_by_a_broker_answer_as_chat_does(
     ],
 )
 def test_embedding_failures_are_openai_errors(
-    config: ServerConfig, failure: BaseException, status: int, code: str | None
+    config: HttpSettings, failure: BaseException, status: int, code: str | None
 ) -> None:
     backend = FakeBackend()
     backend.refuse_embed = failure
@@ -161,7 +159,7 @@ def test_embedding_failures_are_openai_errors(
         assert str(failure) in r.json()["error"]["message"]
 
 
-def test_embeddings_go_to_the_named_model(config: ServerConfig) -> None:
+def test_embeddings_go_to_the_named_model(config: HttpSettings) -> None:
     a, b = FakeBackend(), FakeBackend()
 
     async def go(client: httpx.AsyncClient):  # type: ignore[no-untyped-def]

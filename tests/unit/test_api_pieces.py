@@ -113,17 +113,18 @@ def test_chat_body_ignores_unknown_fields_and_reads_text_parts() -> None:
     assert body.messages[0].text() == "ab"
 
 
-def test_server_config_from_options(tmp_path: Path) -> None:
-    from outpost.api.config import build_server_config
+def test_server_settings_from_options(tmp_path: Path) -> None:
+    from outpost.settings import EngineSettings, HttpSettings
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     keys = tmp_path / "keys.txt"
     keys.write_text("# comment\nk-file\n")
-    options = {"model_path": str(model), "parallel": 8, "host": None, "api_keys": ("k-env1", "k-env2")}
-    cfg = build_server_config(options, api_key_file=str(keys))
-    assert cfg.port == 8080 and cfg.parallel == 8 and cfg.host == "127.0.0.1"
+    options = {"api_keys": ("k-env1", "k-env2"), "api_key_file": str(keys)}
+    cfg = HttpSettings.model_validate(options)
+    assert cfg.port == 8080 and cfg.host == "127.0.0.1"
     assert cfg.api_keys == ("k-env1", "k-env2", "k-file") and "k-env1" not in repr(cfg)
-    assert cfg.served_model_id == "m"
+    engine = EngineSettings(parallel=8)
+    assert engine.parallel == 8 and engine.served_model_id(str(model)) == "m"
     with pytest.raises(ValueError, match="TLS needs both"):
-        build_server_config({"model_path": str(model), "ssl_keyfile": str(keys)})
+        HttpSettings(ssl_keyfile=str(keys))

@@ -91,19 +91,19 @@ def test_probe_runs_once_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 
 def test_run_and_serve_flags_reach_the_engine_config(tmp_path: Path) -> None:
     """-fa and --repack, as llama-server users type them, end up in the EngineConfig both commands load."""
-    from outpost.api.config import build_server_config
-    from outpost.cli import _SERVE_OPTIONS, build_parser
+    from outpost.cli import build_parser
+    from outpost.commands.engine import engine_config
     from outpost.run import _engine_config
+    from outpost.settings import EngineSettings
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     parser = build_parser()
     serve_args = parser.parse_args(["serve", "-m", str(model), "-fa", "off", "--repack", "off", "-kvu", "on"])
-    options = {name: getattr(serve_args, name) for name in _SERVE_OPTIONS}
-    engine = build_server_config({**options, "model_path": str(model)}).engine_config()
+    engine = engine_config(EngineSettings.from_args(serve_args), str(model))
     assert (engine.flash_attn, engine.repack, engine.weight_layout) == ("off", "off", "plain")
     assert engine.effective_kv_unified
-    defaults = build_server_config({"model_path": str(model)}).engine_config()
+    defaults = engine_config(EngineSettings(), str(model))
     assert (defaults.flash_attn, defaults.repack, defaults.kv_unified) == ("auto", "auto", "auto")
     run_args = parser.parse_args(["run", "-m", str(model), "--flash-attn", "on", "--repack", "off"])
     run_engine = _engine_config(run_args, 0)

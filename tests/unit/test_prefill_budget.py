@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from outpost.api.config import ServerConfig
+from outpost.settings import EngineSettings
 from outpost.cli import build_parser
 from outpost.envflags import use_environment
 from outpost.scheduler.budget import (
@@ -56,7 +56,7 @@ def test_bad_spelling_says_what_is_accepted(text: str) -> None:
 
 
 def test_serve_defaults_to_auto_and_reads_the_variable() -> None:
-    assert ServerConfig.model_fields["prefill_budget"].default == "auto"
+    assert EngineSettings.model_fields["prefill_budget"].default == "auto"
     assert _parse(["serve"], {}).prefill_budget is None  # not given: the config's default
     assert _parse(["serve"], {"OUTPOST_PREFILL_BUDGET": "off"}).prefill_budget == "off"
     assert _parse(["serve"], {"OUTPOST_PREFILL_BUDGET": "0"}).prefill_budget == "off"

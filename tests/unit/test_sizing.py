@@ -333,16 +333,16 @@ def test_int_or_auto() -> None:
 
 
 def test_serve_flags_accept_auto_and_numbers(tmp_path: Path) -> None:
-    from outpost.api.config import build_server_config
     from outpost.cli import build_parser
+    from outpost.settings import EngineSettings
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     args = build_parser().parse_args(["serve", "-m", str(model), "-np", "auto", "-c", "4096"])
     assert (args.parallel, args.ctx_size, args.threads) == ("auto", 4096, None)
-    defaults = build_server_config({"model_path": str(model)})
+    defaults = EngineSettings()
     assert (defaults.parallel, defaults.ctx_size, defaults.threads) == ("auto", "auto", "auto")
-    given = build_server_config({"model_path": str(model), "parallel": "3", "threads": 2})
+    given = EngineSettings.model_validate({"parallel": "3", "threads": 2})
     assert (given.parallel, given.threads) == (3, 2)
     from outpost.envflags import use_environment
 
@@ -354,4 +354,4 @@ def test_serve_flags_accept_auto_and_numbers(tmp_path: Path) -> None:
     from_env = parser.parse_args(argv)
     assert (from_env.parallel, from_env.ctx_size, from_env.threads) == (6, 4096, "auto")
     with pytest.raises(ValueError):
-        build_server_config({"model_path": str(model), "parallel": 0})
+        EngineSettings(parallel=0)

@@ -10,16 +10,14 @@ from fastapi.testclient import TestClient
 
 from outpost.api import webui
 from outpost.api.app import create_app
-from outpost.api.config import ServerConfig
+from outpost.settings import HttpSettings
 
 KEY = "sk-webui-unit"
 
 
 def _client(tmp_path: Path, **options: object) -> TestClient:
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    config = ServerConfig.model_validate({"model_path": str(model), **options})
-    return TestClient(create_app({}, config))  # no backend: no route here reaches one
+    config = HttpSettings.model_validate(options)
+    return TestClient(create_app({}, config, "m"))  # no backend: no route here reaches one
 
 
 def test_page_and_assets_are_open_with_strict_headers_but_the_api_is_not(tmp_path: Path) -> None:

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from outpost.progressbar import progress_bar
+
 
 def add_convert_parser(sub: Any) -> None:
     """Register `outpost convert SRC --outtype T -o OUT.gguf [--pre-tokenizer NAME]`."""
@@ -27,7 +29,6 @@ def add_convert_parser(sub: Any) -> None:
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
-    from outpost.cli import progress_bar  # here, not at import: outpost.cli imports this module
     from outpost.models.convert import convert_model
 
     out = convert_model(

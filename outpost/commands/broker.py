@@ -1,0 +1,14 @@
+"""The broker URL a worker or a gateway connects to, from `BrokerSettings`."""
+
+from __future__ import annotations
+
+from outpost.cluster.topology import TLS_FLAGS, broker_url
+from outpost.settings import BrokerSettings
+
+
+def connect_url(settings: BrokerSettings) -> str:
+    """--broker with the password and the TLS files; ValueError (a usage error) when unusable."""
+    if not settings.broker:
+        raise ValueError("--broker is required (or $OUTPOST_BROKER / $OUTPOST_BROKER_URL)")
+    tls_files = {name: getattr(settings, flag[2:].replace("-", "_")) for name, flag in TLS_FLAGS.items()}
+    return broker_url(settings.broker, settings.broker_password_file, tls_files=tls_files)

@@ -1,0 +1,71 @@
+"""An engine from `EngineSettings`: its `EngineConfig`, its "auto" sizes decided, the running engine.
+
+Shared by `outpost serve` and `outpost worker`, the two commands that load a model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from outpost.engine.config import EngineConfig, resolve_flash_attn
+from outpost.runtime import Engine
+from outpost.settings import EngineSettings
+from outpost.settings.fields import existing_file
+from outpost.sizing import Asked, Plan, size_for_model
+
+
+def engine_config(settings: EngineSettings, model_path: str) -> EngineConfig:
+    """The engine's config; "auto" values not sized yet (see `sized`) fall back to 4 slots, the
+    trained context (at most 8192) and every usable core."""
+    existing_file(model_path)
+    options: dict[str, Any] = {
+        "model_path": model_path,
+        "n_ctx": settings.ctx_size if isinstance(settings.ctx_size, int) else 0,
+        "n_batch": settings.batch_size,
+        "n_ubatch": settings.ubatch_size,
+        "n_seq_max": settings.parallel if isinstance(settings.parallel, int) else 4,
+        "n_gpu_layers": settings.n_gpu_layers,
+        "split_mode": settings.split_mode,
+        "flash_attn": settings.flash_attn,
+        "repack": settings.repack,
+        "kv_unified": settings.kv_unified,
+        "chat_template": settings.template_text(),
+    }
+    if isinstance(settings.threads, int):
+        options["n_threads"] = settings.threads
+    return EngineConfig.model_validate(options)
+
+
+def sized(settings: EngineSettings, model_path: str) -> tuple[EngineSettings, Plan]:
+    """`settings` with its "auto" slots, KV cells and threads decided from the machine and the model
+    (outpost/sizing); NotEnoughMemory (a ValueError: exit 2) when explicit ones cannot fit."""
+
+    existing_file(model_path)
+
+    def given(value: object) -> int | None:
+        return value if isinstance(value, int) else None
+
+    asked = Asked(
+        parallel=given(settings.parallel),
+        ctx_size=given(settings.ctx_size),
+        threads=given(settings.threads),
+        n_ubatch=settings.ubatch_size,
+        n_batch=settings.batch_size,
+        flash_attn=resolve_flash_attn(settings.flash_attn, settings.n_gpu_layers),
+        kv_unified=settings.kv_unified,
+        check_memory=settings.n_gpu_layers == 0,
+    )
+    plan = size_for_model(model_path, asked)
+    update = {"parallel": plan.slots, "ctx_size": plan.n_ctx, "threads": plan.threads}
+    return settings.model_copy(update=update), plan
+
+
+def start_engine(settings: EngineSettings, model_path: str, max_queue: int) -> Engine:
+    """Load the model and start its engine thread."""
+    return Engine(
+        engine_config(settings, model_path),
+        max_queue=max_queue,
+        prefix_cache=settings.prefix_cache,
+        idle_cache_cells=settings.cache_idle_cells,
+        prefill_budget=settings.prefill_budget,
+    )

@@ -1,0 +1,18 @@
+"""`outpost gateway`'s composition root: the blocks it takes, handed to outpost/cluster/gateway_main.py."""
+
+from __future__ import annotations
+
+from outpost.cluster.gateway_main import serve_gateway
+from outpost.commands.broker import connect_url
+from outpost.settings import BrokerSettings, GatewaySettings, HttpSettings, TracingSettings
+
+
+def run_gateway(
+    model_paths: list[str],
+    broker: BrokerSettings,
+    own: GatewaySettings,
+    http: HttpSettings,
+    tracing: TracingSettings,
+) -> int:
+    """Serve the API over the broker until stopped; returns the exit code."""
+    return serve_gateway(http, own, tracing, connect_url(broker), model_paths)

@@ -1,0 +1,106 @@
+"""Which blocks each server command takes, and the few settings that belong to one command only.
+
+serve = Engine + Http + Serve (+ Tracing), worker = Broker + Engine + Worker (+ Tracing),
+gateway = Http + Broker + Gateway (+ Tracing). A flag that one command alone has goes in that
+command's block below; one that several share goes in the shared block (engine.py, http.py,
+broker.py), so it is spelled and documented the same in each.
+
+`--max-queue` is one name with a meaning per command, which each command's help states: on serve,
+requests waiting beyond the slots (default 64); on the gateway, requests waiting per model in the
+broker (default 1024). `-c` on the gateway is refused: positions per request come from the workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Literal
+
+from outpost.settings.broker import BrokerSettings, TracingSettings
+from outpost.settings.engine import EngineSettings
+from outpost.settings.fields import Block, read_text, setting
+from outpost.settings.http import HttpSettings
+
+
+class ServeSettings(Block):
+    """`outpost serve`'s own settings."""
+
+    max_queue: int = setting(
+        64,
+        "--max-queue",
+        help="requests waiting beyond the slots (default 64); more: 429",
+        parse=int,
+        ge=0,
+    )
+
+
+class WorkerSettings(Block):
+    """`outpost worker`'s own settings."""
+
+    worker_id: str | None = setting(
+        None, "--worker-id", help="id in heartbeats (default: host-pid-random, unique per process)"
+    )
+
+
+def _refuse_ctx_size(text: str) -> int:
+    raise argparse.ArgumentTypeError(
+        "the gateway takes positions per request from its workers' heartbeats: set -c on the workers"
+    )
+
+
+class GatewaySettings(Block):
+    """`outpost gateway`'s own settings: its models and the broker-side queue it keeps for them."""
+
+    models: tuple[str, ...] = setting(
+        (),
+        "-m",
+        "--model",
+        help="model served (repeatable): GGUF or store name",
+        action="append",
+    )
+    chat_template: str | None = setting(
+        None, "--chat-template", help="jinja chat template file overriding the models'"
+    )
+    ctx_size: None = setting(
+        None,
+        "-c",
+        "--ctx-size",
+        help="refused (exit 2): a gateway takes positions per request from its workers' heartbeats",
+        parse=_refuse_ctx_size,
+    )
+    max_queue: int = setting(
+        1024,
+        "--max-queue",
+        help="requests waiting per model in the broker (default 1024); more: 429",
+        parse=int,
+        ge=0,
+    )
+    broker_management_url: str | None = setting(
+        None,
+        "--broker-management-url",
+        help="RabbitMQ management API, for the queue length policy (default http://BROKER-HOST:15672/; "
+        "https://BROKER-HOST:15671/ for amqps://, verified like the broker)",
+    )
+    prefix_routing: Literal["on", "off"] = setting(
+        "on",
+        "--prefix-routing",
+        help="send a request whose prompt prefix a worker holds in its KV cache to that worker's lane "
+        "(on, default), or every request to the shared queue (off)",
+        choices=("on", "off"),
+    )
+
+    def template_text(self) -> str | None:
+        """The --chat-template file's text (None: each model's own)."""
+        return None if self.chat_template is None else read_text(self.chat_template, "chat template")
+
+
+COMMANDS: dict[str, tuple[type[Block], ...]] = {
+    "serve": (EngineSettings, HttpSettings, ServeSettings, TracingSettings),
+    "worker": (BrokerSettings, EngineSettings, WorkerSettings, TracingSettings),
+    "gateway": (BrokerSettings, GatewaySettings, HttpSettings, TracingSettings),
+}
+
+
+def add_command_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """Every flag of `command`'s blocks (argparse refuses a flag two of its blocks both define)."""
+    for block in COMMANDS[command]:
+        block.add_to(parser)

@@ -1,0 +1,144 @@
+"""`EngineSettings`: the model and how its engine runs (serve and worker), llama-server's flags.
+
+To add an engine flag, add one field here (see outpost/settings/fields.py):
+
+    spec_draft_n_max: int = setting(16, "--spec-draft-n-max", help="...", parse=int, ge=0)
+
+That one line gives `outpost serve` and `outpost worker` the flag, `OUTPOST_SPEC_DRAFT_N_MAX` and the
+`--help` line; the command's composition root (outpost/commands) reads `settings.spec_draft_n_max`.
+A flag that takes "auto" or a number parses with `int_or_auto` and is typed `int | Auto`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from outpost.scheduler.budget import parse_prefill_budget
+from outpost.settings.fields import Block, existing_file, read_text, setting
+from outpost.sizing import int_or_auto
+
+Auto = Literal["auto"]
+Switch3 = Literal["auto", "on", "off"]
+_SWITCH3 = ("auto", "on", "off")
+
+
+class EngineSettings(Block):
+    """What `outpost serve` and `outpost worker` load and how they decode; defaults follow llama-server."""
+
+    model: str | None = setting(
+        None,
+        "-m",
+        "--model",
+        help="GGUF file or model store name (serve: default the built-in random-weight demo model; "
+        "worker: required)",
+    )
+    model_id: str | None = setting(
+        None,
+        "-a",
+        "--alias",
+        help="model id clients use, also the worker's queue name (default: the file stem)",
+    )
+    # auto (the default): sized from the memory and cores this process may use (outpost/sizing).
+    parallel: Annotated[int, Field(ge=1, le=256)] | Auto = setting(
+        "auto", "-np", "--parallel", help="slots decoded together (default auto)", parse=int_or_auto
+    )
+    ctx_size: Annotated[int, Field(ge=0)] | Auto = setting(
+        "auto", "-c", "--ctx-size", help="KV cells for all slots (default auto)", parse=int_or_auto
+    )
+    threads: Annotated[int, Field(ge=1)] | Auto = setting(
+        "auto", "-t", "--threads", help="CPU threads (default auto: usable cores)", parse=int_or_auto
+    )
+    n_gpu_layers: int = setting(
+        0, "-ngl", "--n-gpu-layers", help="layers to offload to GPU (-1: all)", parse=int, ge=-1
+    )
+    split_mode: Literal["none", "layer", "row"] = setting(
+        "layer",
+        "-sm",
+        "--split-mode",
+        help="how layers spread over several GPUs (default layer)",
+        choices=("none", "layer", "row"),
+    )
+    batch_size: int = setting(
+        512, "-b", "--batch-size", help="tokens per decode step (default 512)", parse=int, ge=1
+    )
+    ubatch_size: int = setting(
+        512, "-ub", "--ubatch-size", help="physical micro-batch (default 512)", parse=int, ge=1
+    )
+    prefill_budget: Annotated[int, Field(ge=1)] | Literal["auto", "off"] = setting(
+        "auto",
+        "--prefill-budget",
+        help="prompt tokens per step while other requests generate, so their tokens keep coming "
+        "while long prompts are read: auto (default: from step times measured at start, a step with "
+        "a prompt chunk costs at most 3 one-stream decode steps; 64 at least with flash attention), "
+        "a number, or off/0 (whole -b steps)",
+        parse=parse_prefill_budget,
+    )
+    flash_attn: Switch3 = setting(
+        "auto",
+        "-fa",
+        "--flash-attn",
+        help="flash attention (default auto: off on the CPU, where llama.cpp's kernel is slow for "
+        "decode steps and short chunks; llama.cpp's auto with -ngl)",
+        choices=_SWITCH3,
+    )
+    repack: Switch3 = setting(
+        "auto",
+        "--repack",
+        help="llama.cpp's repacked CPU weight layouts (default auto: probed where AMX tiles fault)",
+        choices=_SWITCH3,
+    )
+    kv_unified: Switch3 = setting(
+        "auto",
+        "-kvu",
+        "--kv-unified",
+        help="a stream of c/np KV cells per slot (auto, off: a token attends only over its own "
+        "slot's cells; idle caches are kept) or one pool for all slots (on: one request may use "
+        "all c cells); AMX's one-token layout and -np 1 always use one pool",
+        choices=_SWITCH3,
+    )
+    prefix_cache: bool = setting(
+        True,
+        "--no-prefix-cache",
+        help="do not reuse a previous request's KV cells for a prompt that starts the same way",
+        action="store_false",
+    )
+    cache_idle_cells: int = setting(
+        0,
+        "--cache-idle-cells",
+        help="with a shared KV pool (the default), KV cells finished requests keep for prefix reuse once "
+        "others run (default 0: every decode attends over every used cell, so idle caches slow all "
+        "requests); per-slot streams keep them all",
+        parse=int,
+        ge=0,
+    )
+    chat_template: str | None = setting(
+        None, "--chat-template", help="jinja chat template file overriding the model's"
+    )
+    embedding_model: str | None = setting(
+        None, "--embedding-model", help="GGUF for /v1/embeddings (default: the served model)"
+    )
+
+    @field_validator("embedding_model")
+    @classmethod
+    def _file_exists(cls, path: str | None) -> str | None:
+        return existing_file(path)
+
+    @model_validator(mode="after")
+    def _batch_holds_the_slots(self) -> Self:
+        if isinstance(self.parallel, int) and self.batch_size < self.parallel:
+            raise ValueError(
+                f"--batch-size ({self.batch_size}) must be at least --parallel ({self.parallel}): "
+                "every busy slot decodes one token per step"
+            )
+        return self
+
+    def served_model_id(self, model_path: str) -> str:
+        """The id clients use for the model at `model_path` (-a, else the file stem)."""
+        return self.model_id or Path(model_path).stem
+
+    def template_text(self) -> str | None:
+        """The --chat-template file's text (None: the model's own)."""
+        return None if self.chat_template is None else read_text(self.chat_template, "chat template")

@@ -1,0 +1,111 @@
+"""One typed table of settings and the small generator that makes their flags, env variables and help.
+
+A settings block is a frozen pydantic model (`Block`) whose fields are declared with `setting(...)`:
+the field's name, type, default and constraints are pydantic's; `setting` adds the command-line
+spelling (llama-server's, e.g. `-np`/`--parallel`) and the help text. From that one declaration:
+
+- `Block.add_to(parser)` adds the argparse flag (dest = the field's name, default None = not given),
+  with its help line ending in `[env: OUTPOST_<LONG_FLAG>]`;
+- the variable itself is read by outpost/envflags.py from the flag (`OUTPOST_<LONG_FLAG>`, lists
+  comma-separated, switches 1/0, empty = unset), so it exists for every field with a long flag;
+- `Block.from_args(namespace)` builds the typed block (a flag not given takes the field's default).
+
+pydantic-settings is not used: its CLI turns `-np` into `--np` and its nested env names would break
+the deploy files' `OUTPOST_PARALLEL`, `OUTPOST_CTX_SIZE`, ...
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.fields import FieldInfo
+
+from outpost import envflags
+
+Action = Literal["store", "append", "store_true", "store_false"]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one field is spelled and explained on the command line."""
+
+    names: tuple[str, ...]  # e.g. ("-np", "--parallel"); the long one names the env variable
+    help: str
+    parse: Callable[[str], Any] | None = None  # argparse `type`, also applied to the env variable
+    choices: tuple[str, ...] | None = None
+    action: Action = "store"
+
+
+def setting(
+    default: Any,
+    *names: str,
+    help: str,
+    parse: Callable[[str], Any] | None = None,
+    choices: tuple[str, ...] | None = None,
+    action: Action = "store",
+    **constraints: Any,
+) -> Any:
+    """A pydantic field that is also a flag `names` (see the module docstring).
+
+    `constraints` are pydantic's (`ge=1`, ...); `action` is argparse's: "append" for a repeatable
+    flag (a list; the env variable is comma-separated), "store_true"/"store_false" for a switch."""
+    info: FieldInfo = Field(default, description=help, **constraints)
+    info.metadata.append(Flag(tuple(names), help, parse, choices, action))
+    return info
+
+
+def flag_of(info: FieldInfo) -> Flag | None:
+    return next((m for m in info.metadata if isinstance(m, Flag)), None)
+
+
+class Block(BaseModel):
+    """A group of settings one or more commands take; subclasses declare fields with `setting`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def flags(cls) -> dict[str, Flag]:
+        """Field name -> its flag, in declaration order (fields without one are not flags)."""
+        found = ((name, flag_of(info)) for name, info in cls.model_fields.items())
+        return {name: flag for name, flag in found if flag is not None}
+
+    @classmethod
+    def add_to(cls, parser: argparse.ArgumentParser) -> None:
+        """Add this block's flags to `parser`, each with its `[env: ...]` help note."""
+        for dest, flag in cls.flags().items():
+            kwargs: dict[str, Any] = {"dest": dest, "default": None, "help": flag.help}
+            if flag.action in ("store", "append"):
+                kwargs.update(type=flag.parse, choices=flag.choices)
+            action = parser.add_argument(*flag.names, action=flag.action, **kwargs)
+            envflags.annotate(action)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Self:
+        """The block from parsed arguments; a flag not given (None) takes the field's default."""
+        given = {name: getattr(args, name) for name in cls.flags()}
+        return cls.model_validate({k: v for k, v in given.items() if v is not None})
+
+
+def comma_list(text: str) -> tuple[str, ...]:
+    """`a, b,` -> ("a", "b")."""
+    return tuple(s for s in (part.strip() for part in text.split(",")) if s)
+
+
+def read_text(path: str, what: str) -> str:
+    """A settings file's text; ValueError (a usage error) naming `what` when it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read {what} {path}: {exc.strerror}") from exc
+
+
+def existing_file(path: str | None) -> str | None:
+    """Validator body: the path, or ValueError when it names no file."""
+    if path is not None and not Path(path).is_file():
+        raise ValueError(f"file not found: {path}")
+    return path
