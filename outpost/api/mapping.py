@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from outpost.api.errors import ApiError, bad_request, context_length_exceeded
+from outpost.api.errors import bad_request, context_length_exceeded
 from outpost.api.schemas import ResponseFormat, SamplingFields
 from outpost.backend import PromptCodec
 from outpost.messages import ChatTemplateError, GenerateRequest, SamplingParams

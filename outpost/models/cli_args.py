@@ -14,10 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from outpost.progressbar import progress_bar
-
 from outpost.models.files import temp_path_beside
 from outpost.models.gguf_info import format_parameters
+from outpost.progressbar import progress_bar
 
 __all__ = ["add_models_store_parsers", "add_pull_parser", "add_quantize_parser"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import field_validator
 
-from outpost.settings.fields import Block, existing_file, setting
+from outpost.settings.fields import Block, setting
 
 
 class BrokerSettings(Block):
@@ -17,7 +17,9 @@ class BrokerSettings(Block):
         help="RabbitMQ URL without the password, e.g. amqp://outpost@10.0.1.5/ (amqps:// for TLS)",
     )
     broker_password_file: str | None = setting(
-        None, "--broker-password-file", help="file holding the broker password (else $OUTPOST_BROKER_PASSWORD)"
+        None,
+        "--broker-password-file",
+        help="file holding the broker password (else $OUTPOST_BROKER_PASSWORD)",
     )
     broker_ca_file: str | None = setting(
         None,

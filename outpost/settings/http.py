@@ -31,9 +31,7 @@ class HttpSettings(Block):
     """How the OpenAI-compatible API listens and what it accepts; defaults follow llama-server."""
 
     host: str = setting("127.0.0.1", "--host", help="address to bind (default 127.0.0.1)")
-    port: int = setting(
-        8080, "--port", help="port (default 8080, SageMaker's)", parse=int, ge=0, le=65535
-    )
+    port: int = setting(8080, "--port", help="port (default 8080, SageMaker's)", parse=int, ge=0, le=65535)
     api_keys: tuple[str, ...] = setting(
         (), "--api-key", help="accepted API key (repeatable)", action="append", repr=False
     )

@@ -138,11 +138,17 @@ def test_tls_flags_and_their_variables_on_worker_and_gateway(tmp_path: Path, pas
         parser = build_parser()
         use_environment(parser, argv, env)
         args = parser.parse_args(argv)
-        assert _query(connect_url(BrokerSettings.from_args(args))) == {"cafile": ca, "certfile": client, "keyfile": key}
+        assert _query(connect_url(BrokerSettings.from_args(args))) == {
+            "cafile": ca,
+            "certfile": client,
+            "keyfile": key,
+        }
     parser = build_parser()
     argv = ["worker", "-m", "m.gguf", "--broker-ca-file", client]
     use_environment(parser, argv, env)
-    assert _query(connect_url(BrokerSettings.from_args(parser.parse_args(argv))))["cafile"] == client  # the flag wins
+    assert (
+        _query(connect_url(BrokerSettings.from_args(parser.parse_args(argv))))["cafile"] == client
+    )  # the flag wins
 
 
 def test_certificate_failures_are_named_and_not_retried() -> None:

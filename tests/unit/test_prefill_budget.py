@@ -7,7 +7,6 @@ import math
 
 import pytest
 
-from outpost.settings import EngineSettings
 from outpost.cli import build_parser
 from outpost.envflags import use_environment
 from outpost.scheduler.budget import (
@@ -22,6 +21,7 @@ from outpost.scheduler.budget import (
     parse_prefill_budget,
     resolve_prefill_budget,
 )
+from outpost.settings import EngineSettings
 
 MS = 1e-3
 

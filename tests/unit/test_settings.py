@@ -30,7 +30,7 @@ def _raw(flag: Flag, action: argparse.Action) -> str | None:
         return flag.choices[-1]
     for raw in ("7", "a, b"):
         try:
-            if action.type is None or callable(action.type) and action.type(raw) is not None:
+            if action.type is None or (callable(action.type) and action.type(raw) is not None):
                 return raw
         except (argparse.ArgumentTypeError, ValueError):
             continue
@@ -123,7 +123,12 @@ def test_gateway_ctx_size_is_refused_on_one_line(
 def test_worker_gains_split_mode_and_serve_keeps_its_spellings() -> None:
     args = _parse(["worker", "-sm", "row", "-np", "3", "-kvu", "on", "-fa", "off"], {})
     engine = EngineSettings.from_args(args)
-    assert (engine.split_mode, engine.parallel, engine.kv_unified, engine.flash_attn) == ("row", 3, "on", "off")
+    assert (engine.split_mode, engine.parallel, engine.kv_unified, engine.flash_attn) == (
+        "row",
+        3,
+        "on",
+        "off",
+    )
     args = _parse(["serve", "-a", "x", "-c", "64", "-t", "1", "-ngl", "0", "-b", "8", "-ub", "8"], {})
     engine = EngineSettings.from_args(args)
     assert (engine.model_id, engine.ctx_size, engine.threads, engine.batch_size) == ("x", 64, 1, 8)
