@@ -44,22 +44,12 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"outpost: error: {message} (see: {self.prog} --help)\n")
 
 
-def _add_kernel_flags(p: argparse.ArgumentParser, default: str | None) -> None:
-    """llama.cpp kernel choices of run (llama-server's -fa; --repack auto|on|off)."""
-    p.add_argument(
-        "-fa",
-        "--flash-attn",
-        choices=["auto", "on", "off"],
-        default=default,
-        help="flash attention (default auto: off on the CPU, where llama.cpp's kernel is slow for "
-        "decode steps and short chunks; llama.cpp's auto with -ngl)",
-    )
-    p.add_argument(
-        "--repack",
-        choices=["auto", "on", "off"],
-        default=default,
-        help="llama.cpp's repacked CPU weight layouts (default auto: probed where AMX tiles fault)",
-    )
+def _add_kernel_flags(p: argparse.ArgumentParser) -> None:
+    """run's -fa and --repack: serve's engine settings, with their defaults given (run has no env)."""
+    flags = EngineSettings.flags()
+    for name in ("flash_attn", "repack"):
+        flag = flags[name]
+        p.add_argument(*flag.names, dest=name, choices=flag.choices, default="auto", help=flag.help)
 
 
 def _add_run_parser(sub: Any) -> None:
@@ -82,7 +72,7 @@ def _add_run_parser(sub: Any) -> None:
     p.add_argument("--single-turn", action="store_true", help="answer the prompt once and exit")
     p.add_argument("--chat-template", help="jinja chat template file overriding the model's")
     p.add_argument("--preset", choices=sorted(PRESETS), help="chat or summarize defaults; flags override")
-    _add_kernel_flags(p, "auto")
+    _add_kernel_flags(p)
     p.set_defaults(handler=_cmd_run)
 
 
@@ -171,21 +161,21 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from outpost.commands.worker import run_worker
-
     engine = EngineSettings.from_args(args)
     if not engine.model:
         raise UsageError("outpost worker needs -m/--model (or OUTPOST_MODEL): a GGUF file or store name")
+    from outpost.commands.worker import run_worker  # llama.cpp: once the command line is sound
+
     broker, own = BrokerSettings.from_args(args), WorkerSettings.from_args(args)
     return run_worker(resolve_model_arg(engine.model), broker, engine, own, TracingSettings.from_args(args))
 
 
 def _cmd_gateway(args: argparse.Namespace) -> int:
-    from outpost.commands.gateway import run_gateway
-
     own = GatewaySettings.from_args(args)
     if not own.models:
         raise UsageError("outpost gateway needs -m/--model (or OUTPOST_MODEL): the models it serves")
+    from outpost.commands.gateway import run_gateway
+
     paths = [resolve_model_arg(m) for m in own.models]
     blocks = HttpSettings.from_args(args), TracingSettings.from_args(args)
     return run_gateway(paths, BrokerSettings.from_args(args), own, *blocks)

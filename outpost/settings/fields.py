@@ -80,7 +80,9 @@ class Block(BaseModel):
         for dest, flag in cls.flags().items():
             kwargs: dict[str, Any] = {"dest": dest, "default": None, "help": flag.help}
             if flag.action in ("store", "append"):
-                kwargs.update(type=flag.parse, choices=flag.choices)
+                long = next(n for n in flag.names if n.startswith("--"))
+                metavar = None if flag.choices else long[2:].upper().replace("-", "_")
+                kwargs.update(type=flag.parse, choices=flag.choices, metavar=metavar)
             action = parser.add_argument(*flag.names, action=flag.action, **kwargs)
             envflags.annotate(action)
 
