@@ -47,7 +47,7 @@ def model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def fleet(rabbitmq: Any, model: Path) -> Iterator[tuple[Gateway, list[Proc]]]:
-    gateway = Gateway(rabbitmq, [model], "-c", "4096", "--max-body", str(MAX_BODY))  # as serve's suite
+    gateway = Gateway(rabbitmq, [model], "--max-body", str(MAX_BODY))  # serve suite's body limit
     workers = [worker(rabbitmq, model, "-np", "4", step_delay_ms=STEP_MS) for _ in range(2)]
     try:
         gateway.wait_until(lambda h: h.get("status") == "ok" and len(live(h)) == 2, "two live workers")

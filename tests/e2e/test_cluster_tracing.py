@@ -22,7 +22,7 @@ def test_one_trace_spans_gateway_and_worker(
     model = tmp_path_factory.mktemp("traced") / "traced-tiny.gguf"  # its own queue
     shutil.copyfile(tiny_model, model)
     endpoint = otlp_collector.http_endpoint
-    gateway = Gateway(rabbitmq, [model], "-c", "2048", "--otlp-endpoint", endpoint)
+    gateway = Gateway(rabbitmq, [model], "--otlp-endpoint", endpoint)
     work = worker(rabbitmq, model, "-np", "2", "--otlp-endpoint", endpoint)
     try:
         gateway.wait_until(lambda h: h.get("status") == "ok" and len(live(h)) == 1, "a live worker")
