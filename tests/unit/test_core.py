@@ -66,13 +66,13 @@ def test_async_streams_run_together_and_early_exit_aborts() -> None:
     client = EngineClient(core)
 
     async def full(i: int) -> int:
-        return sum(
-            [len(e.token_ids) async for e in client.generate(GenerateRequest([i + 1, 2], max_tokens=20))]
-        )
+        return sum([len(e.token_ids) async for e in client.open(GenerateRequest([i + 1, 2], max_tokens=20))])
 
     async def leave_early() -> None:
-        async for _ in client.generate(GenerateRequest([9, 9], max_tokens=200)):
+        stream = client.open(GenerateRequest([9, 9], max_tokens=200))
+        async for _ in stream:
             break  # the caller goes away after one event
+        await stream.aclose()
 
     async def main() -> list[int]:
         counts = await asyncio.wait_for(asyncio.gather(*(full(i) for i in range(3)), leave_early()), 10)
