@@ -1,7 +1,7 @@
 """A cluster worker with no model, for benchmarks/cluster.py's scenario (f): the gateway alone.
 
 The real `outpost.cluster.worker.Worker` (intake, replies, acks, heartbeats: everything a worker
-does on the broker) over `FakeEngine`, which answers every request with `max_tokens` tokens at
+does on the broker) over `FakeEngine`, an `InferenceBackend` which answers every request with `max_tokens` tokens at
 once (`--token-interval 0`) or the first at once and then one every `--token-interval` seconds,
 from one thread and a timer heap, so a worker can hold thousands of slow streams without a thread
 each. Its token ids are taken from the prompt (valid for the gateway's vocabulary), its text is
@@ -21,9 +21,11 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
+from outpost.backend import BackendStats
 from outpost.cluster.topology import broker_url
 from outpost.cluster.worker import serve_worker
 from outpost.messages import FinishReason, GenerateRequest, Timings, TokenEvent
@@ -32,7 +34,7 @@ Sink = Callable[[TokenEvent], None]
 
 
 @dataclass
-class _Stream:
+class _Work:
     request: GenerateRequest
     sink: Sink
     budget: int  # tokens still to send (max_tokens less what a resumed request had sent)
@@ -40,25 +42,60 @@ class _Stream:
     started: float = 0.0
 
 
+class _Codec:
+    chat_template_source = None  # the worker's heartbeat hashes it; nothing else is read
+
+
+class _Stream:
+    """One request's events from the timer thread, as an `EventStream`."""
+
+    def __init__(self, engine: FakeEngine, request_id: str) -> None:
+        self.request_id = request_id
+        self._engine = engine
+        self._events: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        self._done = False
+        loop = asyncio.get_running_loop()
+        self.sink: Sink = lambda event: loop.call_soon_threadsafe(self._events.put_nowait, event)
+
+    async def __aiter__(self) -> AsyncIterator[TokenEvent]:
+        while not self._done:
+            event = await self._events.get()
+            self._done = event.finished
+            yield event
+
+    async def aclose(self) -> None:
+        if not self._done:
+            self._done = True
+            self._engine.cancel(self.request_id)
+
+
 class FakeEngine:
-    """A LocalEngine that emits tokens on a timer: `slots` requests at once, no KV, no embeddings."""
+    """An InferenceBackend that emits tokens on a timer: `slots` requests at once, no KV, no embeddings."""
+
+    codec = _Codec()
+    n_ctx_seq = 1 << 20
 
     def __init__(self, slots: int, interval: float) -> None:
         self.slots_total = slots
         self.kv_cells = 4096 * slots
         self.interval = interval
         self._cv = threading.Condition()
-        self._heap: list[tuple[float, int, _Stream]] = []
+        self._heap: list[tuple[float, int, _Work]] = []
         self._order = itertools.count()
         self._aborted: set[str] = set()
         threading.Thread(target=self._loop, name="fake-engine", daemon=True).start()
 
-    def submit(self, request: GenerateRequest, sink: Sink) -> None:
+    async def submit(self, request: GenerateRequest) -> _Stream:
+        events = _Stream(self, request.request_id)
         now = time.monotonic()
-        stream = _Stream(request, sink, max(0, request.max_tokens - request.n_resumed), started=now)
-        self._push(now, stream)  # the first token at once, the next ones every interval
+        work = _Work(request, events.sink, max(0, request.max_tokens - request.n_resumed), started=now)
+        self._push(now, work)  # the first token at once, the next ones every interval
+        return events
 
-    def abort(self, request_id: str) -> None:
+    async def abort(self, request_id: str) -> None:
+        self.cancel(request_id)
+
+    def cancel(self, request_id: str) -> None:
         with self._cv:
             self._aborted.add(request_id)
             self._cv.notify()
@@ -66,15 +103,24 @@ class FakeEngine:
     async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
         return [[float(len(t)), 1.0] for t in texts], sum(len(t.split()) for t in texts)
 
+    def stats(self) -> BackendStats:
+        return BackendStats(slots_total=self.slots_total, kv_cells_total=self.kv_cells)
+
     def cached_sequences(self) -> list[tuple[int, ...]]:
         return []
 
-    def _push(self, due: float, stream: _Stream) -> None:
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+    def _push(self, due: float, stream: _Work) -> None:
         with self._cv:
             heapq.heappush(self._heap, (due, next(self._order), stream))
             self._cv.notify()
 
-    def _next(self) -> tuple[float, _Stream]:
+    def _next(self) -> tuple[float, _Work]:
         with self._cv:
             while True:
                 now = time.monotonic()
@@ -89,7 +135,7 @@ class FakeEngine:
             if self._step(stream):
                 self._push(due + self.interval, stream)
 
-    def _step(self, s: _Stream) -> bool:
+    def _step(self, s: _Work) -> bool:
         """Emit the next token (all of them when not paced); True while the stream goes on."""
         rid = s.request.request_id
         with self._cv:

@@ -1,8 +1,9 @@
 """The API/engine seam: what `outpost/api` needs from whatever generates tokens.
 
 Two implementations satisfy `InferenceBackend`: `outpost.local.LocalBackend` (an in-process engine
-thread, `outpost serve`) and the cluster gateway's remote backend (RabbitMQ -> workers). The API
-layer sees only this protocol, `PromptCodec` (tokenize / render / detokenize without the weights)
+thread: what `outpost serve` answers HTTP with and what a cluster worker answers the broker with)
+and the cluster gateway's remote backend (RabbitMQ -> workers). The API layer and the worker see
+only this protocol, `PromptCodec` (tokenize / render / detokenize without the weights)
 and the typed messages in `outpost.messages`.
 
 Admission is explicit: `submit()` returns only once the request is accepted, and raises
@@ -45,7 +46,7 @@ class EventStream(Protocol):
 
 @dataclass(frozen=True)
 class BackendStats:
-    """Load figures for /health, /slots and /metrics gauges, read at scrape time."""
+    """Load figures for /health, /slots, /metrics gauges and a worker's heartbeat, read when asked."""
 
     slots_total: int = 0
     slots_busy: int = 0
@@ -103,6 +104,11 @@ class InferenceBackend(Protocol):
         ...
 
     def stats(self) -> BackendStats: ...
+
+    def cached_sequences(self) -> list[tuple[int, ...]]:
+        """The token sequences its KV cache holds now (what a cluster worker advertises for
+        prefix routing); empty where it holds none of its own (a gateway's)."""
+        ...
 
     def describe(self) -> dict[str, Any]:
         """Model facts for /v1/models' `meta` (arch, params, n_ctx_train, ...)."""

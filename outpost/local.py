@@ -1,6 +1,6 @@
 """`LocalBackend`: an in-process engine thread behind the `outpost.backend.InferenceBackend` seam.
 
-`outpost serve` and a cluster worker both run one. It adds to `runtime.Engine` what the API needs
+`outpost serve` answers HTTP with one and a cluster worker answers the broker with one. It adds to `runtime.Engine` what the API needs
 and the engine thread should own: admission that raises before a reply starts, load figures,
 and an embedding model loaded and run on the engine thread (llama.cpp's OpenMP kernels slow every
 decode down when a second thread drives them).
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from outpost.backend import BackendStats, BackendUnavailable, EventStream
 from outpost.engine.codec import LlamaCodec
-from outpost.messages import GenerateRequest
+from outpost.messages import GenerateRequest, context_exceeded
 from outpost.runtime import Engine
 
 
@@ -44,6 +44,12 @@ class LocalBackend:
         return int(self.engine.n_ctx_seq)
 
     async def submit(self, request: GenerateRequest) -> EventStream:
+        """Accepts a request only if this engine's context holds it whole: raises ContextExceeded
+        (serve's API checked it already; a worker hears it here, with the same words)."""
+        n_prompt = len(request.prompt_tokens) - request.n_resumed  # a resumed one's holds its sent tokens
+        exceeded = context_exceeded(n_prompt, request.max_tokens, self.n_ctx_seq)
+        if exceeded is not None:
+            raise exceeded
         try:
             return self.engine.client.open(request)
         except RuntimeError as exc:  # the engine thread is stopping
@@ -62,6 +68,9 @@ class LocalBackend:
             kv_cells_total=self.engine.scheduler_config.n_ctx,
             extra={"prefill_budget": self.engine.prefill_budget.tokens},
         )
+
+    def cached_sequences(self) -> list[tuple[int, ...]]:
+        return self.engine.core.cached_sequences()
 
     def describe(self) -> dict[str, Any]:
         model = self.engine.model

@@ -117,6 +117,10 @@ class TokenEvent:
     timings: Timings | None = None
     error: str | None = None
     logprobs: list[TokenLogprob] | None = None  # one per token id, when the request asked for them
+    # Set on an ERROR that is the request's fault, not the engine's: a cluster worker whose context
+    # cannot hold the request after the gateway accepted it. The API answers it as the 400
+    # `context_length_exceeded` naming this parameter, as serve does before accepting.
+    error_param: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -129,6 +133,37 @@ class QueueFull(Exception):
 
 class RequestRejected(ValueError):
     """A request the engine can never serve as asked (e.g. longer than the context); a 400."""
+
+
+class ContextExceeded(RequestRejected):
+    """A request longer than the context one request may use; `param` is the field to change."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def context_exceeded(
+    n_prompt: int, max_tokens: int | None, n_ctx_seq: int, param: str = "max_tokens"
+) -> ContextExceeded | None:
+    """The refusal of a prompt (+ max_tokens, when given) beyond `n_ctx_seq` positions, or None.
+
+    One wording for every layer that checks it: serve's API before accepting, and a cluster
+    worker that turns out smaller than its gateway believed (the client sees the same 400)."""
+    room = n_ctx_seq - n_prompt
+    if room < 1:
+        return ContextExceeded(
+            f"the prompt has {n_prompt} tokens but this server's context holds {n_ctx_seq} tokens "
+            "per request (prompt + output): shorten the prompt",
+            "messages" if param != "max_new_tokens" else "inputs",
+        )
+    if max_tokens is not None and max_tokens >= 1 and n_prompt + max_tokens > n_ctx_seq:
+        return ContextExceeded(
+            f"this server's context holds {n_ctx_seq} tokens per request; the prompt has {n_prompt} "
+            f"and {param} asks for {max_tokens} more: lower {param} to at most {room} or shorten the prompt",
+            param,
+        )
+    return None
 
 
 class BackendUnavailable(RuntimeError):

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from outpost.api.errors import ApiError, from_engine_rejection, queue_full
+from outpost.api.errors import ApiError, context_length_exceeded, from_engine_rejection, queue_full
 from outpost.api.metrics import Metrics, RequestObserver
 from outpost.backend import EventStream, InferenceBackend
 from outpost.messages import (
@@ -49,6 +49,7 @@ class Outcome:
     timings: Timings = field(default_factory=Timings)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     error: str | None = None
+    error_param: str | None = None
 
     def add(self, event: TokenEvent) -> None:
         self.token_ids += event.token_ids
@@ -59,6 +60,7 @@ class Outcome:
             self.finish = event.finish_reason or FinishReason.STOP
             self.timings = event.timings or self.timings
             self.error = event.error
+            self.error_param = event.error_param
 
 
 def admission_error(exc: BaseException) -> ApiError:
@@ -84,10 +86,17 @@ def timeout_error(timeout: float) -> ApiError:
     )
 
 
-def finish_error(finish: FinishReason | None, message: str | None, timeout: float) -> ApiError | None:
-    """The error a finish deserves (timeout 504, engine error 500, abort 503), or None for stop/length."""
+def finish_error(
+    finish: FinishReason | None, message: str | None, timeout: float, param: str | None = None
+) -> ApiError | None:
+    """The error a finish deserves (timeout 504, engine error 500, abort 503), or None for stop/length.
+
+    An ERROR with a `param` is the request's fault (a worker's context could not hold it): the 400
+    serve gives before accepting it."""
     if finish is FinishReason.TIMEOUT:
         return timeout_error(timeout)
+    if finish is FinishReason.ERROR and param is not None:
+        return context_length_exceeded(message or "the request does not fit the context", param=param)
     if finish is FinishReason.ERROR:
         return ApiError(
             500, message or "the engine failed this request", type="server_error", code="engine_error"
@@ -98,7 +107,7 @@ def finish_error(finish: FinishReason | None, message: str | None, timeout: floa
 
 
 def outcome_error(outcome: Outcome, timeout: float) -> ApiError | None:
-    return finish_error(outcome.finish, outcome.error, timeout)
+    return finish_error(outcome.finish, outcome.error, timeout, outcome.error_param)
 
 
 class Generation:

@@ -16,7 +16,7 @@ from typing import Any
 from outpost.api.errors import bad_request, context_length_exceeded
 from outpost.api.schemas import ResponseFormat, SamplingFields
 from outpost.backend import PromptCodec
-from outpost.messages import ChatTemplateError, GenerateRequest, SamplingParams
+from outpost.messages import ChatTemplateError, GenerateRequest, SamplingParams, context_exceeded
 
 DEFAULTS = SamplingParams()  # llama-server's defaults live in the dataclass
 
@@ -54,24 +54,16 @@ def resolve_max_tokens(
     n_prompt: int, requested: int | None, n_ctx_seq: int, default: int, param: str = "max_tokens"
 ) -> int:
     """The output budget; prompt + explicit max_tokens beyond the context is a 400."""
+    explicit = None if requested is None or requested == -1 else requested
+    exceeded = context_exceeded(n_prompt, explicit, n_ctx_seq, param)
+    if exceeded is not None:
+        raise context_length_exceeded(str(exceeded), param=exceeded.param)
     room = n_ctx_seq - n_prompt
-    if room < 1:
-        raise context_length_exceeded(
-            f"the prompt has {n_prompt} tokens but this server's context holds {n_ctx_seq} tokens "
-            "per request (prompt + output): shorten the prompt",
-            param="messages" if param != "max_new_tokens" else "inputs",
-        )
     if requested is None or requested == -1:
         return min(default, room) if requested is None else room
     if requested < 1:
         raise bad_request(
             f"{param} must be at least 1 (or -1 for as many as the context allows)", param=param
-        )
-    if n_prompt + requested > n_ctx_seq:
-        raise context_length_exceeded(
-            f"this server's context holds {n_ctx_seq} tokens per request; the prompt has {n_prompt} "
-            f"and {param} asks for {requested} more: lower {param} to at most {room} or shorten the prompt",
-            param=param,
         )
     return requested
 

@@ -381,6 +381,17 @@ class GatewayLink:
                     )
                     self._deliver(pending, [event])
 
+    def n_ctx_seq(self, model: str) -> int | None:
+        """The positions per request every live, non-draining worker of `model` holds: the smallest
+        they report. None until one that reports it is seen (older workers report 0)."""
+        self.live_workers(model)  # forgets the expired ones
+        limits = [
+            s.heartbeat.n_ctx_seq
+            for s in self.workers.values()
+            if s.heartbeat.model == model and not s.heartbeat.draining and s.heartbeat.n_ctx_seq > 0
+        ]
+        return min(limits) if limits else None
+
     def live_workers(self, model: str | None = None) -> list[dict[str, Any]]:
         now = time.monotonic()
         for wid in [w for w, s in self.workers.items() if now - s.seen_mono > topology.WORKER_TTL_S]:
@@ -396,6 +407,9 @@ class GatewayLink:
                 "lane": s.heartbeat.lane,
                 "prefix_blocks": len(s.heartbeat.prefixes),
                 "prefill_tps": s.heartbeat.prefill_tps,
+                "n_ctx_seq": s.heartbeat.n_ctx_seq,
+                "kv_cells": s.heartbeat.kv_cells,
+                "chat_template": s.heartbeat.chat_template,
                 "last_seen": round(s.last_seen, 3),
             }
             for s in self.workers.values()

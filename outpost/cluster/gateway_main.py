@@ -24,7 +24,6 @@ from outpost.tracing import Tracer
 _log = logging.getLogger("outpost.api")
 
 CONNECT_TIMEOUT_S = 60.0
-MAX_POSITIONS = 8192  # a gateway's default positions per request, as serve's default context
 
 
 def model_id(path: str) -> str:
@@ -61,9 +60,9 @@ async def _serve(
         for mid, path in zip(ids, model_paths, strict=True):
             vocab_model = load_codec(path, template)
             opened.append(vocab_model)
+            # Positions per request: what the live workers report (RemoteBackend.n_ctx_seq).
             facts = vocab_model.describe()
-            n_ctx = min(int(facts.get("n_ctx_train") or MAX_POSITIONS), MAX_POSITIONS)
-            backends[mid] = RemoteBackend(link, mid, vocab_model.codec, n_ctx, facts, config.request_timeout)
+            backends[mid] = RemoteBackend(link, mid, vocab_model.codec, facts, config.request_timeout)
         asyncio.run_coroutine_threadsafe(link.start(CONNECT_TIMEOUT_S), loop).result()
         policy = topology.apply_length_policy(link.url, own.broker_management_url, ids, own.max_queue)
         asyncio.run_coroutine_threadsafe(policy, loop).result()

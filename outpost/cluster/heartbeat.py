@@ -3,11 +3,13 @@
 Encoded like every cluster message (outpost/cluster/wire.py: versioned JSON, one encoder and one
 decoder). Gateways keep the latest heartbeat of each worker: /health lists them, and routing
 (routing.py) reads the slots, the lane, the advertised prefix hashes (prefix.py) and the measured
-prefill speed. Fields added after the first version are optional when decoding.
+prefill speed; the API's admission reads the real limits (positions per request, KV cells) and the
+chat template's hash. Fields added after the first version are optional when decoding.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from outpost.cluster.wire import WireError, dumps, loads
@@ -27,6 +29,10 @@ class Heartbeat:
     prefixes: tuple[str, ...] = ()  # block hashes of what its slots hold (prefix.py)
     prefill_tps: float = 0.0  # prompt tokens per second it evaluates (recent requests)
     cache_blocks: int = 0  # prefix blocks its KV cache can hold (cells / BLOCK); 0: unknown
+    # Its real limits, so a gateway answers as the smallest worker would (0 / "": an older worker).
+    n_ctx_seq: int = 0  # positions (prompt + output) one request may use
+    kv_cells: int = 0  # its KV cache's cells, all slots together
+    chat_template: str = ""  # a hash of the chat template its model carries ("" for none)
 
 
 def encode_heartbeat(hb: Heartbeat) -> bytes:
@@ -43,6 +49,9 @@ def encode_heartbeat(hb: Heartbeat) -> bytes:
             "prefixes": list(hb.prefixes),
             "prefill_tps": round(hb.prefill_tps, 1),
             "cache_blocks": hb.cache_blocks,
+            "n_ctx_seq": hb.n_ctx_seq,
+            "kv_cells": hb.kv_cells,
+            "chat_template": hb.chat_template,
         }
     )
 
@@ -65,6 +74,14 @@ def decode_heartbeat(body: bytes) -> Heartbeat:
             tuple(str(h) for h in prefixes),
             float(d.get("prefill_tps", 0.0)),
             int(d.get("cache_blocks", 0)),
+            int(d.get("n_ctx_seq", 0)),
+            int(d.get("kv_cells", 0)),
+            str(d.get("chat_template", "")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed heartbeat: {exc!r}") from exc
+
+
+def template_hash(source: str | None) -> str:
+    """A short, stable name of a chat template's text ("" when the model has none)."""
+    return hashlib.sha256(source.encode()).hexdigest()[:16] if source else ""

@@ -7,6 +7,9 @@ are gathered, and go out together once it is confirmed. Each request still waits
 confirm before sending the next, so its batches stay in order and it has at most one in flight; an
 unroutable bundle (its gateway is gone) fails every request in it, as an unroutable batch did.
 
+`step_batches` reads one request's `EventStream` (its backend's) as the batches to send: all the
+events that arrived while the previous batch was being confirmed.
+
 Only gateways that said they read bundles get them (`wire.reads_bundles` on the request): an older
 gateway keeps getting one `events` message per request and step.
 """
@@ -14,13 +17,47 @@ gateway keeps getting one `events` message per request and step.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
+from outpost.backend import EventStream
 from outpost.cluster import wire
+from outpost.messages import FinishReason, TokenEvent
 
 Publish = Callable[[bytes, str], Awaitable[None]]  # (body, correlation id) -> confirmed
+
+
+async def step_batches(stream: EventStream) -> AsyncIterator[list[TokenEvent]]:
+    """The stream's events, each batch all that arrived since the last was taken; the last batch
+    ends with the final event (an ERROR one if the stream broke or ended without it)."""
+    events: asyncio.Queue[TokenEvent] = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for event in stream:
+                events.put_nowait(event)
+                if event.finished:
+                    return
+            error = "the stream ended without a final event"
+        except Exception as exc:  # the backend failed it: the client hears an error, not silence
+            error = str(exc) or type(exc).__name__
+        events.put_nowait(TokenEvent(stream.request_id, finish_reason=FinishReason.ERROR, error=error))
+
+    reader = asyncio.create_task(pump())
+    try:
+        finished = False
+        while not finished:
+            batch = [await events.get()]
+            while not events.empty() and not batch[-1].finished:  # what earlier steps queued
+                batch.append(events.get_nowait())
+            finished = batch[-1].finished
+            yield batch
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
 
 
 class ReplyOutbox:

@@ -19,6 +19,9 @@ from outpost.cluster.gateway import GatewayLink, Pending
 from outpost.messages import GenerateRequest, TokenEvent
 
 
+UNKNOWN_POSITIONS = 1 << 20  # a model file that does not say its trained context: the workers decide
+
+
 class RemoteStream:
     """The events of one request served by some worker; leaving early cancels it on the fleet."""
 
@@ -52,14 +55,13 @@ class RemoteBackend:
         link: GatewayLink,
         model: str,
         codec: PromptCodec,
-        n_ctx_seq: int,
         facts: dict[str, Any] | None = None,
         request_timeout: float = 600.0,
     ) -> None:
+        """facts: the model's, from its vocab-only load (`n_ctx_train` is the limit until a worker reports)."""
         self.link = link
         self.model = model
         self._codec = codec
-        self._n_ctx_seq = n_ctx_seq
         self._facts = dict(facts or {})
         self.request_timeout = request_timeout  # an embedding job's deadline, as a chat request's
 
@@ -69,7 +71,14 @@ class RemoteBackend:
 
     @property
     def n_ctx_seq(self) -> int:
-        return self._n_ctx_seq
+        """The smallest positions per request among this model's live workers, as they report it,
+        so a request none of them could hold is refused (400) before it is published. Until a
+        worker is seen: the model's trained context (requests wait in the queue for a worker, and
+        one smaller than that refuses an over-long request with the same 400 body)."""
+        seen = self.link.n_ctx_seq(self.model)
+        if seen is not None:
+            return seen
+        return int(self._facts.get("n_ctx_train") or UNKNOWN_POSITIONS)
 
     async def submit(self, request: GenerateRequest) -> RemoteStream:
         pending = await self.link.submit(self.model, request)
@@ -89,6 +98,7 @@ class RemoteBackend:
         return BackendStats(
             slots_total=sum(w["slots_total"] for w in mine),
             slots_busy=sum(w["slots_busy"] for w in mine),
+            kv_cells_total=sum(w["kv_cells"] for w in mine),
             queue_depth=self.link.depths.get(self.model, 0),
             extra={
                 "workers": workers,
@@ -97,6 +107,9 @@ class RemoteBackend:
                 **self.link.counters,
             },
         )
+
+    def cached_sequences(self) -> list[tuple[int, ...]]:
+        return []  # the workers' caches are theirs: the link routes by their heartbeats' hashes
 
     def describe(self) -> dict[str, Any]:
         return dict(self._facts)

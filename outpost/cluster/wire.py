@@ -200,6 +200,8 @@ def _event_out(e: TokenEvent) -> dict[str, Any]:
         out["timings"] = [t.prompt_n, t.prompt_ms, t.predicted_n, t.predicted_ms, t.cache_n, t.queue_ms]
     if e.error is not None:
         out["error"] = e.error
+    if e.error_param is not None:
+        out["error_param"] = e.error_param
     if e.logprobs is not None:
         out["logprobs"] = [_logprob_out(lp) for lp in e.logprobs]
     return out
@@ -219,6 +221,7 @@ def _event_in(request_id: str, d: dict[str, Any]) -> TokenEvent:
         timings=timings,
         error=d.get("error"),
         logprobs=None if lps is None else [_logprob_in(x) for x in lps],
+        error_param=None if d.get("error_param") is None else str(d["error_param"]),
     )
 
 

@@ -1,20 +1,26 @@
-"""`outpost worker`: takes a model's requests from RabbitMQ, runs them on the local engine, streams replies.
+"""`outpost worker`: takes a model's requests from RabbitMQ, runs them on its backend, streams replies.
+
+The backend is an `InferenceBackend` (outpost/backend.py), the seam `outpost serve`'s API uses:
+`LocalBackend` in `outpost worker`, a fake in tests. Its heartbeat reports what the backend says:
+its slots, KV cells and positions per request (`n_ctx_seq`, which gateways admit by), and the hash
+of its chat template. A request the backend refuses as too long for its context ends with the 400
+serve would have answered, carried in the final event (`TokenEvent.error_param`).
 
 Pull balancing: the worker reads the model's shared queue and its own lane (requests a gateway
 routed to it for the prefix its KV holds) through exactly one single-message consumer per slot
 (intake.py), so it never holds more unacked requests than it can run; the rest wait in the
 broker. Its heartbeat says its load, its lane, and the block hashes of what its slots hold
-(prefix.py), which is what gateways route by. Each request's events are gathered while
-the previous reply's publisher confirm is awaited, so a request sends at most one message per
-engine step (and fewer when steps are faster than a broker round trip); the batches of all requests
-bound for one gateway travel together, one bundle per confirm (outbox.py). Replies go to the
-gateway's queue with `mandatory`: one the broker cannot route means the gateway is gone, and the
-request is aborted. A request is acked only once its final reply is confirmed, so a worker that
+(prefix.py), which is what gateways route by. Each request's events (its backend's `EventStream`)
+are gathered while the previous reply's publisher confirm is awaited (`outbox.step_batches`), so a
+request sends at most one message per engine step (and fewer when steps are faster than a broker
+round trip); the batches of all requests bound for one gateway travel together, one bundle per
+confirm (outbox.py). Replies go to the gateway's queue with `mandatory`: one the broker cannot
+route means the gateway is gone, and the request is aborted. A request is acked only once its final reply is confirmed, so a worker that
 dies leaves it to the broker to redeliver; the next worker asks the gateway what the client already
 has (`resume?`) and continues from the prompt plus those tokens. Embedding jobs come on the same
 queue and are answered by `embed.answer` (one reply; a redelivered one is computed again).
 
-Decoding runs on the engine thread; this event loop only moves messages (AMQP heartbeats keep
+Decoding runs on the backend's engine thread; this event loop only moves messages (AMQP heartbeats keep
 flowing during long prefills).
 """
 
@@ -39,12 +45,19 @@ from aiormq.exceptions import AMQPError, PublishError
 
 from outpost import tracing
 from outpost.cluster import embed, topology, wire
-from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat
+from outpost.backend import EventStream, InferenceBackend
+from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat, template_hash
 from outpost.cluster.intake import LANE, SHARED, Intake
-from outpost.cluster.local_engine import LocalEngine
-from outpost.cluster.outbox import Outboxes
+from outpost.cluster.outbox import Outboxes, step_batches
 from outpost.cluster.prefix import BLOCK, PrefixIndex
-from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
+from outpost.messages import (
+    ContextExceeded,
+    FinishReason,
+    GenerateRequest,
+    QueueFull,
+    RequestRejected,
+    TokenEvent,
+)
 
 if TYPE_CHECKING:
     from outpost.tracing import Tracer
@@ -93,22 +106,24 @@ def may_have_started(message: AbstractIncomingMessage) -> bool:
 
 
 class Worker:
-    """One process's consumer of `outpost.req.<model>` on top of a LocalEngine."""
+    """One process's consumer of `outpost.req.<model>` on top of an InferenceBackend."""
 
     def __init__(
         self,
         url: str,
         model: str,
-        engine: LocalEngine,
+        backend: InferenceBackend,
         worker_id: str | None = None,
         tracer: Tracer | None = None,
     ) -> None:
         self.url = url
         self.tracer = tracer
         self.model = model
-        self.engine = engine
+        self.backend = backend
+        self.slots = backend.stats().slots_total  # fixed for the engine's life: the intake's credit
+        self._template = template_hash(backend.codec.chat_template_source)
         self.worker_id = worker_id or default_worker_id()
-        self._running: dict[str, asyncio.Queue[TokenEvent]] = {}
+        self._running: dict[str, EventStream] = {}
         self._cancelled: collections.OrderedDict[str, float] = collections.OrderedDict()
         self._resumes: dict[str, asyncio.Future[wire.ResumeState]] = {}
         self._draining = False
@@ -171,7 +186,7 @@ class Worker:
         assert isinstance(consume_ch, AbstractRobustChannel)  # a robust connection's channels are
         shared = await topology.declare_request_queue(consume_ch, self.model)
         self._shared_name = shared.name
-        lane = await topology.declare_lane(consume_ch, self.model, self.worker_id, self.engine.slots_total)
+        lane = await topology.declare_lane(consume_ch, self.model, self.worker_id, self.slots)
         side = await conn.channel()
         # Named, not server-named: a robust reconnect re-declares it by name ("amq.gen-*" is refused).
         control_q = await side.declare_queue(
@@ -186,7 +201,7 @@ class Worker:
         assert isinstance(probe, AbstractRobustChannel)  # a robust connection's channels are
         self._probe = probe
         intake = Intake(
-            consume_ch, {LANE: lane, SHARED: shared}, self.engine.slots_total, self._handle, self._depth
+            consume_ch, {LANE: lane, SHARED: shared}, self.slots, self._handle, self._depth
         )
         self._intake = intake
         await intake.start()
@@ -196,7 +211,7 @@ class Worker:
         """Ready messages in the lane or the shared queue. Declaring the lane again renews its
         unused-expiry lease while no credit consumes it (all on the shared queue, or one slot)."""
         if source == LANE:
-            return await topology.lane_depth(self._probe, self.model, self.worker_id, self.engine.slots_total)
+            return await topology.lane_depth(self._probe, self.model, self.worker_id, self.slots)
         return await topology.request_queue_depth(self._probe, self.model)
 
     async def _heartbeats(self) -> None:
@@ -206,17 +221,21 @@ class Worker:
             await asyncio.sleep(topology.HEARTBEAT_S)
 
     async def _publish_heartbeat(self) -> None:
+        kv_cells = self.backend.stats().kv_cells_total
         hb = Heartbeat(
             self.worker_id,
             self.model,
-            self.engine.slots_total,
+            self.slots,
             self.in_flight,
             self._draining,
             self.completed,
             self.lane,
-            tuple(self._prefixes.hashes(self.engine.cached_sequences())),
+            tuple(self._prefixes.hashes(self.backend.cached_sequences())),
             self.prefill_tps,
-            self.engine.kv_cells // BLOCK,
+            kv_cells // BLOCK,
+            self.backend.n_ctx_seq,
+            kv_cells,
+            self._template,
         )
         message = aio_pika.Message(encode_heartbeat(hb), expiration=topology.WORKER_TTL_S)
         await self._status.publish(message, routing_key="", mandatory=False, timeout=5)
@@ -231,7 +250,7 @@ class Worker:
             return
         rid = str(obj.get("request_id"))
         if rid in self._running:
-            self.engine.abort(rid)
+            await self.backend.abort(rid)
         else:
             self._cancelled[rid] = time.monotonic()
             while len(self._cancelled) > CANCEL_MEMORY:
@@ -267,7 +286,7 @@ class Worker:
             await message.reject(requeue=False)  # dead-lettered: the gateway answers it
             return
         if request is None:  # an embedding job, idempotent: a redelivered one is computed again
-            await embed.answer(message, self.engine.embed, self._pub.default_exchange)
+            await embed.answer(message, self.backend.embed, self._pub.default_exchange)
             self.completed += 1
             return
         reply_to = message.reply_to
@@ -315,7 +334,7 @@ class Worker:
         """A redelivery after our own channel broke: the copy still running here is doomed, end it."""
         if rid not in self._running:
             return
-        self.engine.abort(rid)
+        await self.backend.abort(rid)
         for _ in range(1000):  # bounded: the engine ends an aborted request within a step
             if rid not in self._running:
                 return
@@ -348,40 +367,35 @@ class Worker:
     ) -> TokenEvent:
         """Run `request`, replying a batch per engine step through `send`; returns its final event."""
         rid = request.request_id
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[TokenEvent] = asyncio.Queue()
-        self._running[rid] = events
-
-        def sink(event: TokenEvent) -> None:  # on the engine thread
-            loop.call_soon_threadsafe(events.put_nowait, event)
-
         try:
-            try:
-                self.engine.submit(request, sink)
-            except (QueueFull, RequestRejected, RuntimeError) as exc:
-                events.put_nowait(TokenEvent(rid, finish_reason=FinishReason.ERROR, error=str(exc)))
+            stream = await self.backend.submit(request)
+        except (QueueFull, RequestRejected, RuntimeError) as exc:
+            # Too long for this worker's context (a gateway that had not seen it yet): serve's 400.
+            param = exc.param if isinstance(exc, ContextExceeded) else None
+            final = TokenEvent(rid, finish_reason=FinishReason.ERROR, error=str(exc), error_param=param)
+            with contextlib.suppress(PublishError):
+                await send(wire.ReplyBatch(rid, attempt, seq, [final]))
+            return final
+        self._running[rid] = stream
+        try:
             gateway_gone = False
-            finished = False
-            while not finished:
-                batch = [await events.get()]
-                while not events.empty() and not batch[-1].finished:  # what earlier steps queued
-                    batch.append(events.get_nowait())
-                finished = batch[-1].finished
-                if gateway_gone:
-                    continue  # aborted: wait for the engine's final event, send nothing
-                try:
-                    await send(wire.ReplyBatch(rid, attempt, seq, batch))
-                    seq += 1
-                except PublishError:
-                    _log.warning("worker %s: gateway of %s is gone; aborting it", self.worker_id, rid)
-                    gateway_gone = True
-                    if not finished:
-                        self.engine.abort(rid)
+            batch: list[TokenEvent] = []
+            async with contextlib.aclosing(step_batches(stream)) as batches:
+                async for batch in batches:
+                    if gateway_gone:
+                        continue  # aborted: wait for the backend's final event, send nothing
+                    try:
+                        await send(wire.ReplyBatch(rid, attempt, seq, batch))
+                        seq += 1
+                    except PublishError:
+                        _log.warning("worker %s: gateway of %s is gone; aborting it", self.worker_id, rid)
+                        gateway_gone = True
+                        if not batch[-1].finished:
+                            await self.backend.abort(rid)
             return batch[-1]
-        except BaseException:
-            self.engine.abort(rid)  # the connection broke: free the slot, the broker redelivers
-            raise
         finally:
+            # Also when cancelled (the connection broke): the slot is freed, the broker redelivers.
+            await stream.aclose()
             self._running.pop(rid, None)
 
     async def _reply(self, reply_to: str, batch: wire.ReplyBatch) -> None:
@@ -393,7 +407,11 @@ class Worker:
 
 
 async def serve_worker(
-    url: str, model: str, engine: LocalEngine, worker_id: str | None = None, tracer: Tracer | None = None
+    url: str,
+    model: str,
+    backend: InferenceBackend,
+    worker_id: str | None = None,
+    tracer: Tracer | None = None,
 ) -> int:
     """Run a worker until SIGTERM / SIGINT, then drain; returns the exit code."""
     import signal
@@ -402,7 +420,7 @@ async def serve_worker(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    worker = Worker(url, model, engine, worker_id, tracer)
+    worker = Worker(url, model, backend, worker_id, tracer)
     try:
         await worker.run(stop)
     finally:

@@ -1,13 +1,13 @@
-"""`outpost worker`'s composition root: the cluster's consumer (outpost/cluster) over one local engine."""
+"""`outpost worker`'s composition root: the cluster's consumer (outpost/cluster) over one LocalBackend."""
 
 from __future__ import annotations
 
 import asyncio
 
-from outpost.cluster.local_engine import RuntimeEngine
 from outpost.cluster.worker import serve_worker
 from outpost.commands.broker import connect_url
 from outpost.commands.engine import sized, start_engine
+from outpost.local import LocalBackend
 from outpost.settings import BrokerSettings, EngineSettings, TracingSettings, WorkerSettings
 from outpost.tracing import tracer_for
 
@@ -24,10 +24,11 @@ def run_worker(
     engine, _ = sized(engine, model_path)
     assert isinstance(engine.parallel, int)  # sized
     # The engine's own queue never fills: the consumer holds at most `parallel` requests.
-    worker_engine = RuntimeEngine(start_engine(engine, model_path, engine.parallel), engine.embedding_model)
+    # The same seam as serve's: embeddings on the engine thread, requests as EventStreams.
+    backend = LocalBackend(start_engine(engine, model_path, engine.parallel), engine.embedding_model)
     try:
         tracer = tracer_for(tracing.otlp_endpoint, "outpost-worker")
         model_id = engine.served_model_id(model_path)
-        return asyncio.run(serve_worker(url, model_id, worker_engine, own.worker_id, tracer))
+        return asyncio.run(serve_worker(url, model_id, backend, own.worker_id, tracer))
     finally:
-        worker_engine.close()  # the embedder, if one was loaded, then the engine
+        backend.close()  # the embedder, if one was loaded, then the engine

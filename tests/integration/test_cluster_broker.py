@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from cluster_fake_engine import CountingEngine, ScriptedEngine, ScriptedRunner
+from fake_backend import FakeBackend
+from scripted_backend import ScriptedRunner, scripted_backend
 
 from outpost.cluster import topology, wire
 from outpost.cluster.gateway import GatewayLink
@@ -66,7 +67,7 @@ async def cluster(
         worker = Worker(broker.url, model, engine)
         stop = asyncio.Event()
         workers.append((worker, stop, asyncio.ensure_future(worker.run(stop))))
-    backend = RemoteBackend(link, model, None, 4096, request_timeout=request_timeout)  # type: ignore[arg-type]
+    backend = RemoteBackend(link, model, None, request_timeout=request_timeout)  # type: ignore[arg-type]
     try:
         await until(lambda: len(link.live_workers(model)) == len(engines), "workers live")
         yield backend, workers
@@ -110,7 +111,7 @@ def tokens(events: list[TokenEvent]) -> list[int]:
 
 def test_streams_spread_over_workers(rabbitmq: Any) -> None:
     broker = rabbitmq
-    engines = [CountingEngine(slots=2, step_s=0.005), CountingEngine(slots=2, step_s=0.005)]
+    engines = [FakeBackend.counting(slots=2, step_s=0.005), FakeBackend.counting(slots=2, step_s=0.005)]
 
     async def main() -> None:
         async with cluster(broker, _model(), engines) as (backend, _):
@@ -128,7 +129,7 @@ def test_streams_spread_over_workers(rabbitmq: Any) -> None:
 
 def test_worker_death_mid_stream_resumes_on_another(rabbitmq: Any) -> None:
     broker = rabbitmq
-    slow, other = CountingEngine(slots=1, step_s=0.05), CountingEngine(slots=1, step_s=0.005)
+    slow, other = FakeBackend.counting(slots=1, step_s=0.05), FakeBackend.counting(slots=1, step_s=0.005)
 
     async def main() -> None:
         async with cluster(broker, _model(), [slow]) as (backend, workers):
@@ -156,7 +157,7 @@ def test_worker_death_mid_stream_resumes_on_another(rabbitmq: Any) -> None:
 
 def test_cancel_reaches_the_worker(rabbitmq: Any) -> None:
     broker = rabbitmq
-    engine = CountingEngine(slots=1, step_s=0.05)
+    engine = FakeBackend.counting(slots=1, step_s=0.05)
 
     async def main() -> None:
         async with cluster(broker, _model(), [engine]) as (backend, workers):
@@ -207,7 +208,7 @@ def test_no_broker_is_unavailable_at_once() -> None:
         with pytest.raises(BackendUnavailable):
             await link.submit("m", request())
         with pytest.raises(BackendUnavailable):
-            await RemoteBackend(link, "m", None, 4096).embed(["x"])  # type: ignore[arg-type]
+            await RemoteBackend(link, "m", None).embed(["x"])  # type: ignore[arg-type]
 
     run(main())
 
@@ -215,7 +216,7 @@ def test_no_broker_is_unavailable_at_once() -> None:
 def test_poison_request_fails_once_after_the_delivery_limit(rabbitmq: Any) -> None:
     """A request whose worker dies every time ends with one error, not endless redeliveries."""
     broker = rabbitmq
-    engine = CountingEngine(slots=1, step_s=0.05)
+    engine = FakeBackend.counting(slots=1, step_s=0.05)
 
     async def main() -> None:
         async with cluster(broker, _model(), []) as (backend, _):
@@ -248,7 +249,7 @@ def test_poison_request_fails_once_after_the_delivery_limit(rabbitmq: Any) -> No
 def test_a_cancelled_consumer_is_re_established(rabbitmq: Any) -> None:
     """aio-pika does not surface a consumer cancelled under it; the worker's watchdog consumes again."""
     broker = rabbitmq
-    engine = CountingEngine(slots=1, step_s=0.005)
+    engine = FakeBackend.counting(slots=1, step_s=0.005)
 
     async def main() -> None:
         async with cluster(broker, _model(), [engine]) as (backend, workers):
@@ -280,29 +281,29 @@ async def queue_depth(backend: RemoteBackend) -> int:
 
 
 def test_embeddings_through_a_worker(rabbitmq: Any) -> None:
-    engine = CountingEngine(slots=2)
+    engine = FakeBackend.counting(slots=2)
 
     async def main() -> None:
         async with cluster(rabbitmq, _model(), [engine]) as (backend, _):
             vectors, n_tokens = await backend.embed(["a red apple", "pear"])
-            assert vectors == [[11.0, 0.0, 1.0], [4.0, 1.0, 1.0]] and n_tokens == 4
+            assert vectors == [[11.0, 0.0], [4.0, 1.0]] and n_tokens == 4
             with pytest.raises(ValueError, match="input 1 has 60 characters"):  # serve's 400
                 await backend.embed(["ok", "x" * 60])
             assert len(backend.link.embeds) == 0
 
     run(main())
-    assert engine.embeds_begun == [["a red apple", "pear"], ["ok", "x" * 60]]
+    assert engine.embedded == [["a red apple", "pear"], ["ok", "x" * 60]]
 
 
 def test_worker_killed_mid_embedding_is_redelivered_and_answered_once(rabbitmq: Any) -> None:
-    held, other = CountingEngine(slots=1), CountingEngine(slots=1)
+    held, other = FakeBackend.counting(slots=1), FakeBackend.counting(slots=1)
     texts = ["one", "two words"]
 
     async def main() -> None:
         gate = held.embed_gate = asyncio.Event()
         async with cluster(rabbitmq, _model(), [held]) as (backend, workers):
             call = asyncio.ensure_future(backend.embed(texts))
-            await until(lambda: bool(held.embeds_begun), "the job held by the first worker")
+            await until(lambda: bool(held.embedded), "the job held by the first worker")
             await kill(workers[0])
             stop = asyncio.Event()
             rescuer = Worker(rabbitmq.url, backend.model, other)
@@ -314,13 +315,13 @@ def test_worker_killed_mid_embedding_is_redelivered_and_answered_once(rabbitmq: 
                 gate.set()  # the dead worker's copy ends; with its connection gone it cannot reply
                 stop.set()
                 await rescuing
-            assert vectors == [[3.0, 0.0, 1.0], [9.0, 1.0, 1.0]] and n_tokens == 3
+            assert vectors == [[3.0, 0.0], [9.0, 1.0]] and n_tokens == 3
             assert len(backend.link.embeds) == 0
             # Acked: with the rescuer gone too, nothing came back to the queue.
             assert await queue_depth(backend) == 0
 
     run(main())
-    assert held.embeds_begun == [texts] and other.embeds_begun == [texts]
+    assert held.embedded == [texts] and other.embedded == [texts]
 
 
 def test_embedding_expired_in_queue_is_a_timeout(rabbitmq: Any) -> None:
@@ -365,10 +366,10 @@ def test_text_split_across_the_resume_point_is_as_uninterrupted(
 ) -> None:
     """The first worker dies after `hold_at` outputs, with part of the stop string (or of a
     character) held back; the stream resumed on another worker shows what one run would."""
-    held = ScriptedEngine(ScriptedRunner(PROMPT_LEN, outputs, hold_at=hold_at))
-    free = ScriptedEngine(ScriptedRunner(PROMPT_LEN, outputs))
+    held = scripted_backend(ScriptedRunner(PROMPT_LEN, outputs, hold_at=hold_at))
+    free = scripted_backend(ScriptedRunner(PROMPT_LEN, outputs))
     prompt = list(range(100, 100 + PROMPT_LEN))
-    reference = list(EngineClient(free.core).generate_sync(GenerateRequest(prompt, 20, stop=stop)))
+    reference = list(EngineClient(free.engine.core).generate_sync(GenerateRequest(prompt, 20, stop=stop)))
     assert "".join(e.text for e in reference) == expected
 
     async def main() -> list[TokenEvent]:
@@ -424,7 +425,7 @@ def test_replies_come_bundled_only_to_a_gateway_that_reads_bundles(
     if not gateway_reads_bundles:
         monkeypatch.setattr(wire, "encode_request", older_gateway)
     monkeypatch.setattr(wire, "decode_bundle", counting)
-    engines = [CountingEngine(slots=4, step_s=0.005)]
+    engines = [FakeBackend.counting(slots=4, step_s=0.005)]
 
     async def main() -> None:
         async with cluster(rabbitmq, _model(), engines) as (backend, _):

@@ -1,6 +1,6 @@
 """Prefix-aware routing over a real broker: lanes, spill, a death in a lane, the slot bound.
 
-Fake engines (no model): a CountingEngine "holds" in its KV the prompts it ran (its last `slots`),
+Fake engines (no model): a counting FakeBackend "holds" in its KV the prompts it ran (its last `slots`),
 advertises their block hashes in its heartbeat, and emits token i of a request as its position,
 so a stream handed to another worker must continue with exactly the next positions.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import aio_pika
 import pytest
-from cluster_fake_engine import CountingEngine
+from fake_backend import FakeBackend
 from test_cluster_broker import LIMIT_S, collect, run, tokens, until
 
 from outpost.cluster import topology
@@ -52,9 +52,9 @@ class Fleet:
         link = GatewayLink(self.broker.url, [self.model])
         await link.start()
         self.links.append(link)
-        return RemoteBackend(link, self.model, None, 8192)  # type: ignore[arg-type]
+        return RemoteBackend(link, self.model, None)  # type: ignore[arg-type]
 
-    async def worker(self, name: str, engine: CountingEngine) -> Worker:
+    async def worker(self, name: str, engine: FakeBackend) -> Worker:
         worker = Worker(self.broker.url, self.model, engine, worker_id=f"{name}-{uuid.uuid4().hex[:4]}")
         self.workers[name] = (worker, asyncio.ensure_future(worker.run(asyncio.Event())))
         await until(lambda: all(worker.worker_id in link.workers for link in self.links), f"{name} live")
@@ -91,7 +91,7 @@ async def fleet(broker: Any) -> AsyncIterator[Fleet]:
 
 
 def test_a_held_prefix_lands_on_its_holder_from_every_gateway(rabbitmq: Any) -> None:
-    a, b = CountingEngine(slots=4, step_s=0.002), CountingEngine(slots=4, step_s=0.002)
+    a, b = FakeBackend.counting(slots=4, step_s=0.002), FakeBackend.counting(slots=4, step_s=0.002)
 
     async def main() -> None:
         async with fleet(rabbitmq) as f:
@@ -113,7 +113,7 @@ def test_a_held_prefix_lands_on_its_holder_from_every_gateway(rabbitmq: Any) -> 
 
 
 def test_short_prompts_are_pulled_from_the_shared_queue_by_everyone(rabbitmq: Any) -> None:
-    engines = [CountingEngine(slots=2, step_s=0.005), CountingEngine(slots=2, step_s=0.005)]
+    engines = [FakeBackend.counting(slots=2, step_s=0.005), FakeBackend.counting(slots=2, step_s=0.005)]
 
     async def main() -> None:
         async with fleet(rabbitmq) as f:
@@ -129,8 +129,8 @@ def test_short_prompts_are_pulled_from_the_shared_queue_by_everyone(rabbitmq: An
 
 
 def test_a_busy_holders_affine_request_spills_to_another_worker(rabbitmq: Any) -> None:
-    busy = CountingEngine(slots=2, step_s=0.05)
-    idle = CountingEngine(slots=2, step_s=0.002)
+    busy = FakeBackend.counting(slots=2, step_s=0.05)
+    idle = FakeBackend.counting(slots=2, step_s=0.002)
 
     async def main() -> None:
         async with fleet(rabbitmq) as f:
@@ -154,8 +154,8 @@ def test_a_busy_holders_affine_request_spills_to_another_worker(rabbitmq: Any) -
 
 
 def test_a_worker_killed_holding_a_lane_request_hands_it_over_exactly(rabbitmq: Any) -> None:
-    first = CountingEngine(slots=2, step_s=0.02)
-    second = CountingEngine(slots=2, step_s=0.002)
+    first = FakeBackend.counting(slots=2, step_s=0.02)
+    second = FakeBackend.counting(slots=2, step_s=0.002)
 
     async def main() -> None:
         async with fleet(rabbitmq) as f:
@@ -179,7 +179,7 @@ def test_a_worker_killed_holding_a_lane_request_hands_it_over_exactly(rabbitmq: 
 
 
 def test_a_worker_never_holds_more_requests_than_slots(rabbitmq: Any) -> None:
-    engine = CountingEngine(slots=3, step_s=0.01)
+    engine = FakeBackend.counting(slots=3, step_s=0.01)
 
     async def main() -> None:
         async with fleet(rabbitmq) as f:
@@ -203,7 +203,7 @@ def test_a_worker_never_holds_more_requests_than_slots(rabbitmq: Any) -> None:
 def test_a_worker_runs_all_its_slots_from_the_shared_queue(rabbitmq: Any) -> None:
     """Half the credits start on the lane; with only shared work they all move there, the last one
     too, once a request is seen waiting (a depth read on a consuming channel would say 0)."""
-    engine = CountingEngine(slots=4, step_s=0.05)
+    engine = FakeBackend.counting(slots=4, step_s=0.05)
 
     async def main() -> None:
         async with fleet(rabbitmq) as f:
@@ -228,7 +228,7 @@ def test_a_worker_brings_its_lane_back_when_the_broker_removed_it(rabbitmq: Any)
     async def main() -> None:
         async with fleet(rabbitmq) as f:
             gateway = await f.gateway()
-            worker = await f.worker("solo", CountingEngine(slots=1, step_s=0.005))
+            worker = await f.worker("solo", FakeBackend.counting(slots=1, step_s=0.005))
             lane = topology.lane_queue(f.model, worker.worker_id)
             conn = await aio_pika.connect(rabbitmq.url)
             try:

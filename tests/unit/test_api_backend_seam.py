@@ -173,3 +173,37 @@ def test_embeddings_go_to_the_named_model(config: HttpSettings) -> None:
     assert to_b["data"][0]["embedding"] == [3.0, 0.0]
     assert unknown.status_code == 404
     assert unknown.json()["error"]["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/completions", {"prompt": "x" * 50, "max_tokens": 20}),  # prompt + max_tokens too long
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 80}], "max_tokens": 2}),
+    ],
+    ids=["max_tokens", "prompt"],
+)
+def test_a_worker_refusing_after_the_200_answers_the_400_serve_gives(
+    config: ServerConfig, path: str, body: dict[str, object]
+) -> None:
+    """A gateway believed its workers held 256 positions; the one that took the request holds 64
+    (it joined after the check). Its refusal reaches the client as the body a 64-position server
+    answers before accepting: the 400 itself when not streamed, an SSE error event after the 200."""
+    small = FakeBackend(n_ctx_seq=64)
+    racing = FakeBackend(n_ctx_seq=256)
+    racing.worker_n_ctx_seq = 64
+
+    async def go(client: httpx.AsyncClient):  # type: ignore[no-untyped-def]
+        direct = await client.post(path, json={**body, "model": "small"})
+        plain = await client.post(path, json={**body, "model": "racing"})
+        streamed = await client.post(path, json={**body, "model": "racing", "stream": True})
+        return direct, plain, streamed
+
+    direct, plain, streamed = run(go, {"small": small, "racing": racing}, config)
+    assert direct.status_code == 400 and direct.json()["error"]["code"] == "context_length_exceeded"
+    assert "64" in direct.json()["error"]["message"]
+    assert (plain.status_code, plain.json()) == (400, direct.json())
+    assert streamed.status_code == 200
+    events = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert json.loads(events[-2]) == direct.json() and events[-1] == "[DONE]"
+    assert not small.submitted  # decided before submitting, as on serve

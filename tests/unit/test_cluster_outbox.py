@@ -1,5 +1,7 @@
 """ReplyOutbox: a worker's replies to one gateway go out as one bundle per confirm, in order per request.
 
+`step_batches` reads a backend's EventStream as the batches a request sends.
+
 The fake publish holds each bundle until the test releases it, so which batches share a bundle is
 decided by the test's order of events, not by the machine's speed.
 """
@@ -11,8 +13,8 @@ import asyncio
 import pytest
 
 from outpost.cluster import wire
-from outpost.cluster.outbox import Outboxes, ReplyOutbox
-from outpost.messages import TokenEvent
+from outpost.cluster.outbox import Outboxes, ReplyOutbox, step_batches
+from outpost.messages import FinishReason, TokenEvent
 
 
 class HeldPublish:
@@ -144,3 +146,64 @@ def test_outboxes_share_one_box_per_gateway_and_forget_it_after_the_last_request
         assert one is two and one is not other
         assert len(boxes) == 2
     assert len(boxes) == 0
+
+
+class Fed:
+    """An EventStream the test feeds one event at a time."""
+
+    request_id = "r8"
+
+    def __init__(self) -> None:
+        self.feed: asyncio.Queue[TokenEvent] = asyncio.Queue()
+
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        while True:
+            event = await self.feed.get()
+            yield event
+            if event.finished:
+                return
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_step_batches_gather_what_arrived_while_the_last_was_sent() -> None:
+    """While a batch is being sent (the test holds it), the next steps' events pile up and go as
+    one batch; the last batch ends with the final event."""
+
+    async def main() -> list[list[TokenEvent]]:
+        stream = Fed()
+        reader = step_batches(stream)
+        stream.feed.put_nowait(TokenEvent("r8", [1], "a"))
+        first = await reader.__anext__()
+        for i, ch in enumerate("bcd"):
+            stream.feed.put_nowait(TokenEvent("r8", [2 + i], ch))
+        stream.feed.put_nowait(TokenEvent("r8", finish_reason=FinishReason.STOP))
+        for _ in range(20):  # the pump moves them while "sending" the first
+            await asyncio.sleep(0)
+        rest = [batch async for batch in reader]
+        return [first, *rest]
+
+    batches = asyncio.run(main())
+    assert ["".join(e.text for e in b) for b in batches] == ["a", "bcd"]
+    assert batches[-1][-1].finish_reason is FinishReason.STOP
+
+
+def test_step_batches_end_a_broken_stream_with_an_error() -> None:
+    class Broken:
+        request_id = "r9"
+
+        async def __aiter__(self):  # type: ignore[no-untyped-def]
+            yield TokenEvent("r9", [1], "x")
+            raise RuntimeError("engine loop crashed")
+
+        async def aclose(self) -> None:
+            pass
+
+    async def main() -> list[list[TokenEvent]]:
+        return [batch async for batch in step_batches(Broken())]
+
+    events = [e for batch in asyncio.run(main()) for e in batch]
+    assert events[0].text == "x"
+    assert events[-1].finish_reason is FinishReason.ERROR and events[-1].error == "engine loop crashed"
+

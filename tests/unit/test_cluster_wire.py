@@ -251,3 +251,20 @@ def test_a_request_says_its_gateway_reads_bundles_and_an_older_one_does_not() ->
     older = json.dumps(obj).encode()
     assert not wire.reads_bundles(older)
     assert wire.decode_request(older).request_id == "r1"
+
+
+def test_heartbeat_limits_round_trip_and_are_optional() -> None:
+    hb = Heartbeat("w1", "tiny", 4, 0, n_ctx_seq=1024, kv_cells=4096, chat_template="0123456789abcdef")
+    assert decode_heartbeat(encode_heartbeat(hb)) == hb
+    old = wire.dumps({"kind": "heartbeat", "id": "w0", "model": "tiny", "slots_total": 2, "slots_busy": 0})
+    back = decode_heartbeat(old)  # a worker from before limits: unknown, never a guess
+    assert (back.n_ctx_seq, back.kv_cells, back.chat_template) == (0, 0, "")
+
+
+def test_a_refusal_event_keeps_its_parameter() -> None:
+    ev = TokenEvent("r4", finish_reason=FinishReason.ERROR, error="too long", error_param="max_tokens")
+    batch = wire.ReplyBatch("r4", 0, 0, [ev])
+    (back,) = wire.decode_batch(wire.encode_batch(batch)).events
+    assert back == ev
+    plain = TokenEvent("r5", finish_reason=FinishReason.ERROR, error="engine failed")
+    assert "error_param" not in wire.encode_batch(wire.ReplyBatch("r5", 0, 0, [plain])).decode()
