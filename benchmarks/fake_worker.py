@@ -1,11 +1,11 @@
 """A cluster worker with no model, for benchmarks/cluster.py's scenario (f): the gateway alone.
 
 The real `outpost.cluster.worker.Worker` (intake, replies, acks, heartbeats: everything a worker
-does on the broker) over `FakeEngine`, an `InferenceBackend` which answers every request with `max_tokens` tokens at
-once (`--token-interval 0`) or the first at once and then one every `--token-interval` seconds,
-from one thread and a timer heap, so a worker can hold thousands of slow streams without a thread
-each. Its token ids are taken from the prompt (valid for the gateway's vocabulary), its text is
-one short word per token.
+does on the broker) over `FakeEngine`, an `InferenceBackend` which answers every request with
+`max_tokens` tokens at once (`--token-interval 0`) or the first at once and then one every
+`--token-interval` seconds, from one thread and a timer heap, so a worker can hold thousands of
+slow streams without a thread each. Its token ids are taken from the prompt (valid for the
+gateway's vocabulary), its text is one short word per token.
 
 Not run by hand, except to try it:
     python benchmarks/fake_worker.py --broker amqp://outpost@127.0.0.1:5672/ \\

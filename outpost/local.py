@@ -1,9 +1,10 @@
 """`LocalBackend`: an in-process engine thread behind the `outpost.backend.InferenceBackend` seam.
 
-`outpost serve` answers HTTP with one and a cluster worker answers the broker with one. It adds to `runtime.Engine` what the API needs
-and the engine thread should own: admission that raises before a reply starts, load figures,
-and an embedding model loaded and run on the engine thread (llama.cpp's OpenMP kernels slow every
-decode down when a second thread drives them).
+`outpost serve` answers HTTP with one and a cluster worker answers the broker with one. It adds to
+`runtime.Engine` what the API needs and the engine thread should own: admission that raises before
+a reply starts (a request its context cannot hold included), load figures, and an embedding model
+loaded and run on the engine thread (llama.cpp's OpenMP kernels slow every decode down when a
+second thread drives them).
 """
 
 from __future__ import annotations

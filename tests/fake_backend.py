@@ -167,7 +167,10 @@ class FakeBackend:
         if exceeded is None:
             return None
         return TokenEvent(
-            request.request_id, finish_reason=FinishReason.ERROR, error=str(exceeded), error_param=exceeded.param
+            request.request_id,
+            finish_reason=FinishReason.ERROR,
+            error=str(exceeded),
+            error_param=exceeded.param,
         )
 
     async def abort(self, request_id: str) -> None:

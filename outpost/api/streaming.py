@@ -176,7 +176,11 @@ async def _completion_stream(gens: list[Generation], spec: StreamSpec) -> AsyncI
             lp = None
             if spec.logprobs and event.logprobs:
                 lp = render.completion_logprobs(spec.codec, event.logprobs, len(out.text) - len(event.text))
-            err = finish_error(event.finish_reason, event.error, spec.timeout, event.error_param) if event.finished else None
+            err = (
+                finish_error(event.finish_reason, event.error, spec.timeout, event.error_param)
+                if event.finished
+                else None
+            )
             if err is not None:
                 yield sse(err.body())
                 break

@@ -18,7 +18,6 @@ from outpost.cluster.embed import vectors_of
 from outpost.cluster.gateway import GatewayLink, Pending
 from outpost.messages import GenerateRequest, TokenEvent
 
-
 UNKNOWN_POSITIONS = 1 << 20  # a model file that does not say its trained context: the workers decide
 
 
@@ -58,7 +57,7 @@ class RemoteBackend:
         facts: dict[str, Any] | None = None,
         request_timeout: float = 600.0,
     ) -> None:
-        """facts: the model's, from its vocab-only load (`n_ctx_train` is the limit until a worker reports)."""
+        """facts: the model's, from its vocab-only load (`n_ctx_train`: the limit until a worker says)."""
         self.link = link
         self.model = model
         self._codec = codec

@@ -15,10 +15,11 @@ are gathered while the previous reply's publisher confirm is awaited (`outbox.st
 request sends at most one message per engine step (and fewer when steps are faster than a broker
 round trip); the batches of all requests bound for one gateway travel together, one bundle per
 confirm (outbox.py). Replies go to the gateway's queue with `mandatory`: one the broker cannot
-route means the gateway is gone, and the request is aborted. A request is acked only once its final reply is confirmed, so a worker that
-dies leaves it to the broker to redeliver; the next worker asks the gateway what the client already
-has (`resume?`) and continues from the prompt plus those tokens. Embedding jobs come on the same
-queue and are answered by `embed.answer` (one reply; a redelivered one is computed again).
+route means the gateway is gone, and the request is aborted. A request is acked only once its
+final reply is confirmed, so a worker that dies leaves it to the broker to redeliver; the next
+worker asks the gateway what the client already has (`resume?`) and continues from the prompt plus
+those tokens. Embedding jobs come on the same queue and are answered by `embed.answer` (one reply;
+a redelivered one is computed again).
 
 Decoding runs on the backend's engine thread; this event loop only moves messages (AMQP heartbeats keep
 flowing during long prefills).
@@ -44,8 +45,8 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, Abstrac
 from aiormq.exceptions import AMQPError, PublishError
 
 from outpost import tracing
-from outpost.cluster import embed, topology, wire
 from outpost.backend import EventStream, InferenceBackend
+from outpost.cluster import embed, topology, wire
 from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat, template_hash
 from outpost.cluster.intake import LANE, SHARED, Intake
 from outpost.cluster.outbox import Outboxes, step_batches
@@ -200,9 +201,7 @@ class Worker:
         probe = await conn.channel()  # depths only: a failed declare must not close pub or consume_ch
         assert isinstance(probe, AbstractRobustChannel)  # a robust connection's channels are
         self._probe = probe
-        intake = Intake(
-            consume_ch, {LANE: lane, SHARED: shared}, self.slots, self._handle, self._depth
-        )
+        intake = Intake(consume_ch, {LANE: lane, SHARED: shared}, self.slots, self._handle, self._depth)
         self._intake = intake
         await intake.start()
         return intake

@@ -55,7 +55,8 @@ def test_a_worker_refuses_an_over_long_request_with_serve_s_words(
             assert len(events) == 1 and events[0].finish_reason is FinishReason.ERROR
             assert (events[0].error, events[0].error_param) == (str(expected), param)
             fits = GenerateRequest([1, 2, 3], 5, deadline=deadline)
-            assert [t for e in await collect(await backend.submit(fits)) for t in e.token_ids] == [3, 4, 5, 6, 7]
+            ran = await collect(await backend.submit(fits))
+            assert [t for e in ran for t in e.token_ids] == [3, 4, 5, 6, 7]
             await until(lambda: workers[0][0].completed == 2, "both acked")
             assert engine.started == [fits.request_id]
 

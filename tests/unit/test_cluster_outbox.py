@@ -206,4 +206,3 @@ def test_step_batches_end_a_broken_stream_with_an_error() -> None:
     events = [e for batch in asyncio.run(main()) for e in batch]
     assert events[0].text == "x"
     assert events[-1].finish_reason is FinishReason.ERROR and events[-1].error == "engine loop crashed"
-
