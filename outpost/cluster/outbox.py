@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
 from outpost.backend import EventStream
@@ -29,7 +29,7 @@ from outpost.messages import FinishReason, TokenEvent
 Publish = Callable[[bytes, str], Awaitable[None]]  # (body, correlation id) -> confirmed
 
 
-async def step_batches(stream: EventStream) -> AsyncIterator[list[TokenEvent]]:
+async def step_batches(stream: EventStream) -> AsyncGenerator[list[TokenEvent], None]:
     """The stream's events, each batch all that arrived since the last was taken; the last batch
     ends with the final event (an ERROR one if the stream broke or ended without it)."""
     events: asyncio.Queue[TokenEvent] = asyncio.Queue()
