@@ -184,7 +184,7 @@ def test_embeddings_go_to_the_named_model(config: HttpSettings) -> None:
     ids=["max_tokens", "prompt"],
 )
 def test_a_worker_refusing_after_the_200_answers_the_400_serve_gives(
-    config: ServerConfig, path: str, body: dict[str, object]
+    config: HttpSettings, path: str, body: dict[str, object]
 ) -> None:
     """A gateway believed its workers held 256 positions; the one that took the request holds 64
     (it joined after the check). Its refusal reaches the client as the body a 64-position server
