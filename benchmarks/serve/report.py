@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servers import Setup
-
 import outpost
+from harness.servers import Setup
 from outpost.bench.records import RunResult, RunSummary
 
 OURS, BASE = "outpost", "llama-server"
@@ -222,7 +221,7 @@ class Report:
         return f"servers: {', '.join(kinds)}\n{self.setup_text()}"
 
     def markdown(self) -> str:
-        from serve_tables import markdown_tables
+        from serve.tables import markdown_tables
 
         return markdown_tables(self)
 
@@ -266,7 +265,7 @@ class Report:
     def write(self, out: Path) -> None:
         (out / "results.json").write_text(json.dumps(self.document(), indent=2, default=str) + "\n")
         self.write_csv(out / "requests.csv")
-        from serve_plots import write_plots  # matplotlib is slow to import: only at the end
+        from serve.plots import write_plots  # matplotlib is slow to import: only at the end
 
         write_plots(self, out)
 

@@ -26,10 +26,9 @@ from contextlib import AsyncExitStack, ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from cluster_common import Ctx, closed_loop, ms, ratio, target
-from cluster_procs import Broker, cluster_counters, gateway, live_workers, wait_workers, worker
-from common import log
-
+from cluster.common import Ctx, closed_loop, ms, ratio, target
+from harness.common import log
+from harness.procs import Broker, cluster_counters, gateway, live_workers, wait_workers, worker
 from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
 from outpost.bench.progress import Progress
 from outpost.bench.prompts import Fitted, Prompt, PromptBuilder

@@ -1,6 +1,6 @@
-"""Pieces the benchmark scripts share: stderr logging, the cached synthetic models, a free port and
-waiting for a server to be ready, and making llama-cpp-python load weights with the same layout
-Outpost uses."""
+"""Pieces the benchmark scripts share: where the entry scripts are, stderr logging, the cached
+synthetic models, a free port and waiting for a server to be ready, and making llama-cpp-python load
+weights with the same layout Outpost uses."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import httpx
 
 from outpost.engine.config import EngineConfig
 from outpost.models import outpost_home, write_synthetic_model
+
+BENCHMARKS = Path(__file__).resolve().parent.parent  # benchmarks/: the entry scripts, run by path
 
 
 def log(msg: str) -> None:

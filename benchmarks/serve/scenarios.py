@@ -13,16 +13,15 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from common import log
-from serve_report import FIRST_WAVE, LevelRun, PrefixRun, Report
-from servers import LABELS, ServerProcess, Setup
-
+from harness.common import log
+from harness.servers import LABELS, ServerProcess, Setup
 from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
 from outpost.bench.progress import Progress
 from outpost.bench.prompts import Prompt, build_prompts
 from outpost.bench.records import Accepted, RunResult
 from outpost.bench.runner import connect, prompt_builder, run_level
 from outpost.bench.stats import summarise
+from serve.report import FIRST_WAVE, LevelRun, PrefixRun, Report
 
 
 def rotate(items: list[str], by: int) -> list[str]:

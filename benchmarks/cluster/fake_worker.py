@@ -172,7 +172,3 @@ def main() -> None:
     engine = FakeEngine(args.slots, args.token_interval)
     url = broker_url(args.broker, args.broker_password_file)
     raise SystemExit(asyncio.run(serve_worker(url, args.model_id, engine, args.worker_id)))
-
-
-if __name__ == "__main__":
-    main()

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from common import (
+from harness.common import (
+    BENCHMARKS,
     free_port,
     llama_server_layout_args,
     log,
@@ -23,7 +24,6 @@ from common import (
     wait_ready,
     weight_layout,
 )
-
 from outpost.engine.config import EngineConfig
 
 LCP_WORKER = "--llama-cpp-python-server"
@@ -107,7 +107,14 @@ def server_spec(kind: str, setup: Setup, port: int, prompt_cache: bool = False) 
         return ServerSpec(kind, pin + argv, layout, ["chosen by outpost itself (--repack auto)"])
     if kind == "llama_cpp_python":
         opts = f"--model {m} --n_threads {t} --n_threads_batch {t} --n_ctx 2048 --host 127.0.0.1 --port {p}"
-        argv = [sys.executable, __file__, LCP_WORKER, *opts.split(), "--verbose", "False"]
+        argv = [
+            sys.executable,
+            str(BENCHMARKS / "servers.py"),
+            LCP_WORKER,
+            *opts.split(),
+            "--verbose",
+            "False",
+        ]
         layout = weight_layout(setup.model, LCP_SLOTS)
         return ServerSpec(
             kind, pin + argv, layout, ["one request at a time (no -np); Outpost's layout for 4 slots"]
@@ -188,7 +195,3 @@ def run_llama_cpp_python_server(argv: list[str]) -> None:
     same_weight_layout_for_llama_cpp_python(config)
     sys.argv = ["llama_cpp.server", *argv, "--n_ubatch", str(config.effective_n_ubatch)]
     runpy.run_module("llama_cpp.server", run_name="__main__")
-
-
-if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == LCP_WORKER:
-    run_llama_cpp_python_server(sys.argv[2:])

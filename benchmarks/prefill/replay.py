@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
 import numpy as np
-from common import bench_model, log
 
+from harness.common import bench_model, log
 from outpost.engine.config import EngineConfig
 from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
@@ -107,7 +106,3 @@ def main() -> int:
         model.close()
     print(json.dumps(out))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

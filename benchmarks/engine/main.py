@@ -35,8 +35,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import bench_model, llama_bench_layout_args, log, same_weight_layout_for_llama_cpp_python
 
+from harness.common import (
+    BENCHMARKS,
+    bench_model,
+    llama_bench_layout_args,
+    log,
+    same_weight_layout_for_llama_cpp_python,
+)
 from outpost.engine.config import EngineConfig
 from outpost.engine.hugepages import environ_without_hugepages, hugepages_enabled, reexec_with_hugepages
 from outpost.messages import GenerateRequest, SamplingParams
@@ -164,7 +170,7 @@ class LlamaCppPythonWorker:
     def __init__(self, model: Path, args: argparse.Namespace, config: EngineConfig) -> None:
         cmd = [
             sys.executable,
-            __file__,
+            str(BENCHMARKS / "engine.py"),
             "--baseline-worker",
             str(model),
             "--threads",
@@ -357,7 +363,3 @@ def main() -> None:
     results["outpost_hugepages"] = hugepages_enabled()
     results["baseline_hugepages"] = hugepages_enabled(args.baseline_env)
     print(json.dumps(results))
-
-
-if __name__ == "__main__":
-    main()

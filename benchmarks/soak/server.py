@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
-from common import bench_model, free_port, log, wait_ready
-from soak_report import Sample, Settle
 
+from harness.common import bench_model, free_port, log, wait_ready
 from outpost.engine.config import available_cpus
+from soak.report import Sample, Settle
 
 
 def cpu_count(cpus: str) -> int:

@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 import aio_pika
-from cluster_common import ms
-from cluster_procs import Broker
 
+from cluster.common import ms
+from harness.procs import Broker
 from outpost.bench.stats import stats
 
 FLOOR_MESSAGES = 200

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from cluster_stream import StreamRecord, on_event
+from cluster.stream import StreamRecord, on_event
 
 LIMIT = 1 << 20  # the longest line the reader takes
 # What a request on a dead or garbled connection raises (ConnectionError is an OSError).

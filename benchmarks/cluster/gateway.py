@@ -26,11 +26,11 @@ from collections import Counter
 from contextlib import ExitStack
 from typing import Any
 
-from cluster_common import Ctx, ms, pct
-from cluster_http import NET_ERRORS, HttpConnection, stream
-from cluster_procs import Broker, Process, cpu_seconds, fake_worker, gateway, pinned, wait_workers
-from cluster_stream import StreamRecord, chat_body
-from common import log
+from cluster.common import Ctx, ms, pct
+from cluster.http1 import NET_ERRORS, HttpConnection, stream
+from cluster.stream import StreamRecord, chat_body
+from harness.common import log
+from harness.procs import Broker, Process, cpu_seconds, fake_worker, gateway, pinned, wait_workers
 
 ERROR_LIMIT = 0.01
 GAP_LIMIT = 2.0  # intervals: a stream's longest wait between tokens may be this many

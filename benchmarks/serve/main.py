@@ -43,12 +43,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from common import bench_model, log
-from serve_report import Report
-from serve_scenarios import run_shared_prefix, throughput_rounds
-from servers import KINDS, LABELS, ServerProcess, Setup, eog_tokens
-
+from harness.common import bench_model, log
+from harness.servers import KINDS, LABELS, ServerProcess, Setup, eog_tokens
 from outpost.engine.config import available_cpus
+from serve.report import Report
+from serve.scenarios import run_shared_prefix, throughput_rounds
 
 
 def cpu_count(cpus: str) -> int:
@@ -176,7 +175,3 @@ def main() -> None:
         log("\n" + report.markdown())
         log(f"\nresults in {args.out}")
     print(json.dumps(report.summary(), separators=(",", ":")))
-
-
-if __name__ == "__main__":
-    main()

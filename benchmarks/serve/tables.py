@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from serve_report import BASE, OURS, level_ratios, level_rows, prefix_ratios, prefix_rows
+from serve.report import BASE, OURS, level_ratios, level_rows, prefix_ratios, prefix_rows
 
 if TYPE_CHECKING:
-    from serve_report import Report
+    from serve.report import Report
 
 
 def _s(v: float | None) -> str:

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
-from soak_kinds import CANCELLED, LOST, OK, OUTCOMES, STREAM_ERR, UNEXPECTED, Result, StatusTally
 
 from outpost.bench.stats import percentile
+from soak.kinds import CANCELLED, LOST, OK, OUTCOMES, STREAM_ERR, UNEXPECTED, Result, StatusTally
 
 RSS_GROWTH_LIMIT_PCT = 2.0
 MIB = 1024 * 1024

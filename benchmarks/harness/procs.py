@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import IO
 
 import httpx
-from common import free_port, wait_ready
+
+from harness.common import BENCHMARKS, free_port, wait_ready
 
 OUTPOST = [sys.executable, "-m", "outpost.cli"]
-HERE = Path(__file__).resolve().parent
-BROKER_SH = HERE.parent / "scripts" / "broker.sh"
-FAKE_WORKER = HERE / "fake_worker.py"
+BROKER_SH = BENCHMARKS.parent / "scripts" / "broker.sh"
+FAKE_WORKER = BENCHMARKS / "fake_worker.py"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 

@@ -1,7 +1,7 @@
 """benchmarks/cluster.py's scenario (d): chaos. Two workers at ~`--chaos-load` of their slots with
 streamed greedy requests while one of them is SIGKILLed every `--kill-every` s (alternately) and a
 new one started in its place (the next kill waits until the gateway's /health lists it live), for
-`--chaos-seconds`. Every stream is checked by cluster_stream.py: a final outcome, every token
+`--chaos-seconds`. Every stream is checked by cluster/stream.py: a final outcome, every token
 exactly once (numbered by its logprobs entry: count == max_tokens == the gateway's usage), text
 consistent with the tokens.
 
@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from cluster_common import Ctx, ms, pct, target
-from cluster_procs import Broker, Process, cluster_counters, engine_args, gateway, wait_workers, worker
-from cluster_stream import StreamRecord, chat_body, stream
-from common import log
 
+from cluster.common import Ctx, ms, pct, target
+from cluster.stream import StreamRecord, chat_body, stream
+from harness.common import log
+from harness.procs import Broker, Process, cluster_counters, engine_args, gateway, wait_workers, worker
 from outpost.bench.prompts import COMMON_WORDS
 
 SAMPLE_S = 0.5  # the in-flight timeline's resolution

@@ -21,13 +21,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 from typing import Any
 
 import numpy as np
-from common import bench_model, log
 
+from harness.common import bench_model, log
 from outpost.engine.config import EngineConfig
 from outpost.messages import GenerateRequest, SamplingParams
 from outpost.runtime import Engine
@@ -146,7 +145,3 @@ def main() -> int:
         log(f"  {results[f'{name}#{i}']}")
     print(json.dumps(results))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

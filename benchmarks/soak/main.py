@@ -1,7 +1,7 @@
 """Soak benchmark: a mixed load on `outpost serve` for a set time, then a pass/fail verdict.
 
 Not a test. Run (it starts `outpost serve` itself on a free loopback port, a synthetic
-SmolLM2-135M-shaped q4_0 model from benchmarks/common.py, pinned with taskset when --cpus is given):
+SmolLM2-135M-shaped q4_0 model from benchmarks/harness/common.py, pinned with taskset when --cpus is given):
 
     python benchmarks/soak.py --duration 1200 --cpus 1 -t 1 -np 4 -c 4096 --max-queue 16
     python benchmarks/soak.py --url http://127.0.0.1:8080 --pid $(pgrep -f 'outpost serve') \
@@ -23,7 +23,7 @@ loop by a count and the clock.
 Progress on stderr every `--progress-every` s (elapsed, requests by kind and outcome, RSS, busy
 slots). At the end: a table on stderr, `results.json` and `soak.png` (TTFT and RSS over time,
 requests by outcome) in `bench-results/soak-<timestamp>/` (or `--out`), the server's log there too
-when started here, and a JSON summary as the last stdout line. Pass criteria (soak_report.py): no
+when started here, and a JSON summary as the last stdout line. Pass criteria (soak/report.py): no
 5xx, no request lost, no slot busy after the load, RSS growth after warmup < 2%, no unexpected
 answer, the server still running. Exit 0 when all pass, 1 when one fails, 2 on bad usage.
 """
@@ -34,15 +34,19 @@ import argparse
 import asyncio
 import json
 import random
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-from common import log
-from soak_kinds import (
+
+from harness.common import log
+from outpost.bench.client import first_model, make_client, probe
+from outpost.bench.config import check_url
+from outpost.bench.prompts import COMMON_WORDS, PromptBuilder
+from outpost.bench.tokens import ServerTokenizer, detect, single_token_words
+from soak.kinds import (
     KINDS,
     NEEDS_LIMIT,
     OUTCOMES,
@@ -54,13 +58,8 @@ from soak_kinds import (
     run_burst,
     run_one,
 )
-from soak_report import Sample, SoakData, format_table, summarise, write_outputs
-from soak_server import ServerProcess, Watch
-
-from outpost.bench.client import first_model, make_client, probe
-from outpost.bench.config import check_url
-from outpost.bench.prompts import COMMON_WORDS, PromptBuilder
-from outpost.bench.tokens import ServerTokenizer, detect, single_token_words
+from soak.report import Sample, SoakData, format_table, summarise, write_outputs
+from soak.server import ServerProcess, Watch
 
 DEFAULT_MIX = (
     "stream_chat=30,chat=10,completion=10,cancel_prefill=6,cancel_decode=8,"
@@ -332,7 +331,3 @@ def main() -> int:
     log(f"\nresults in {out}")
     print(json.dumps(summary))
     return 0 if summary["pass"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

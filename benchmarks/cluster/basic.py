@@ -7,12 +7,11 @@ import statistics
 from contextlib import ExitStack
 from typing import Any
 
-from cluster_common import Ctx, bench, ms, ratio, run_of, target
-from cluster_floor import broker_floor
-from cluster_paired import paired_one_stream
-from cluster_procs import Broker, cpu_set, engine_args, gateway, pinned, serve, wait_workers, worker
-from common import log
-
+from cluster.common import Ctx, bench, ms, ratio, run_of, target
+from cluster.floor import broker_floor
+from cluster.paired import paired_one_stream
+from harness.common import log
+from harness.procs import Broker, cpu_set, engine_args, gateway, pinned, serve, wait_workers, worker
 from outpost.bench.records import RequestRecord, RunSummary, Stats
 from outpost.bench.stats import stats
 

@@ -19,22 +19,22 @@ and `--infra-cpus` for (a), `--worker-cpus` (worker i on the i-th, round robin) 
     CPUs, both started together; the broker, the gateway and the load generator on --infra-cpus.
     `--a-rounds` rounds, serve and the gateway alternating. Added TTFT p50/p99 and the throughput
     ratio, read against two references measured in the same run: the broker's two hops timed with
-    aio-pika alone (the floor any client of the broker pays, cluster_floor.py) and, unless
+    aio-pika alone (the floor any client of the broker pays, cluster/floor.py) and, unless
     --no-a-control, a second `outpost serve` as a control arm (serve vs serve: the run's resolution).
     Then, at 1 stream, `--a-paired` prompts each sent to serve and to the gateway back to back: the
-    median per-pair difference is the added TTFT with the machine's drift taken out (cluster_paired.py).
+    median per-pair difference is the added TTFT with the machine's drift taken out (cluster/paired.py).
 (b) 1 vs 2 workers (-t 1 each, each on its own --worker-cpus core), 8 streams per worker: aggregate
     output tokens/s. The broker, the gateway and the load generator are not pinned: they share the
     cores with the workers.
 (c) prefix-aware routing on vs off: 2 gateways, 2 workers whose KV holds at most 2 of 4 ~1,000-token
     system prompts; hit rate, TTFT, routing counters; then distinct prompts: throughput on / off
-    (cluster_prefix.py).
+    (cluster/prefix.py).
 (d) chaos: 2 workers at ~80% of their slots, one SIGKILLed and restarted every `--kill-every` s for
     `--chaos-seconds`; every stream checked for a final outcome and every token exactly once
-    (cluster_chaos.py, cluster_stream.py).
+    (cluster/chaos.py, cluster/stream.py).
 (e) a burst of `--burst` requests sent at once at 2 workers of 4 slots behind a queue of 256.
 (f) the gateway alone on a core against fake workers (benchmarks/fake_worker.py, no model):
-    requests/s and concurrent open streams at the knee (cluster_gateway.py).
+    requests/s and concurrent open streams at the knee (cluster/gateway.py).
 
 Writes --out (default bench-results/cluster-<timestamp>/): results.json (after every scenario),
 tables.md, a_ttft.png, c_prefix.png, d_chaos.png, f_gateway.png, logs/. Markdown tables go to
@@ -51,15 +51,15 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from cluster_basic import scenario_a, scenario_b, scenario_e
-from cluster_chaos import scenario_d
-from cluster_common import Ctx
-from cluster_gateway import scenario_f
-from cluster_plots import write_plots
-from cluster_prefix import scenario_c
-from cluster_report import format_all, summary
-from common import bench_model, log
-from servers import eog_tokens
+from cluster.basic import scenario_a, scenario_b, scenario_e
+from cluster.chaos import scenario_d
+from cluster.common import Ctx
+from cluster.gateway import scenario_f
+from cluster.plots import write_plots
+from cluster.prefix import scenario_c
+from cluster.report import format_all, summary
+from harness.common import bench_model, log
+from harness.servers import eog_tokens
 
 SCENARIOS = {
     "a": scenario_a,
@@ -183,7 +183,3 @@ def main() -> None:
         log(f"wrote {path}")
     log(f"\nresults in {out}")
     print(json.dumps(summary(results), separators=(",", ":"), default=str))
-
-
-if __name__ == "__main__":
-    main()

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from serve_report import level_rows, prefix_rows
+
+from serve.report import level_rows, prefix_rows
 
 if TYPE_CHECKING:
-    from serve_report import Report
+    from serve.report import Report
 
 DPI = 110
 COLORS = {"outpost": "C0", "llama-server": "C1", "llama-cpp-python": "C2"}  # the same in every plot
