@@ -28,8 +28,8 @@ shared-prefix: `outpost bench`'s shared-prefix scenario (one ~500-token system p
     request (the servers' `timings.prompt_n` / `cache_n`), medians over rounds.
 
 Writes --out (default bench-results/serve-<timestamp>/): results.json, requests.csv, throughput.png,
-ttft.png, shared_prefix.png, logs/ (every server's output). Markdown tables go to stderr (for the
-README); the last stdout line is a JSON summary.
+ttft.png, shared_prefix.png, logs/ (every server's output). Markdown tables go to stderr (for
+docs/performance.md); the last stdout line is a JSON summary.
 """
 
 from __future__ import annotations

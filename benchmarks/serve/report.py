@@ -1,6 +1,6 @@
 """What benchmarks/serve.py reports: medians over rounds per server and level, Outpost / llama-server
 ratios against the issue's targets, the shared-prefix cold/warm figures; as markdown tables (stderr,
-for the README), results.json, requests.csv, plots and the one-line JSON summary (stdout).
+for docs/performance.md), results.json, requests.csv, plots and the one-line JSON summary (stdout).
 
 Run through serve.py:  python benchmarks/serve.py ...
 """

@@ -1,4 +1,4 @@
-"""benchmarks/serve.py's markdown tables (printed to stderr, ready for the README): medians per
+"""benchmarks/serve.py's markdown tables (printed to stderr, ready for docs/performance.md): medians per
 server and level, Outpost / llama-server ratios with the targets marked met/missed, the shared-prefix
 cold/warm table, and the exact command line each server got.
 
