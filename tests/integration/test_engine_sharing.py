@@ -3,7 +3,10 @@
 None finds the prompt in any slot, so without sharing each would evaluate all of it. The first
 admitted computes it; the others wait for its KV, copy the shared prefix (tagged cells in one pool,
 a copied stream with a stream per slot) and evaluate only their own tails. Their tokens must be
-exactly those of a run with the prefix cache off.
+those of a run with the prefix cache off: identical, except that a stream may part from it at a
+near-tie. A shared prefix sits elsewhere in the KV pool than an own copy would, so attention sums
+the same products in another order; on AVX2 that gave bit-identical logits, on AVX-512 (AMD EPYC)
+a random-weight model's top two logits are sometimes close enough for that rounding to swap them.
 
 The engine thread is held on a job while the requests are submitted, so all of them are queued
 before its first step, whatever the machine's speed.
@@ -19,10 +22,14 @@ import pytest
 
 from outpost.core import LocalStream
 from outpost.engine.config import EngineConfig
-from outpost.messages import GenerateRequest, SamplingParams, TokenEvent
+from outpost.messages import GenerateRequest, SamplingParams, TokenEvent, TokenLogprob
 from outpost.runtime import Engine
 
-GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
+# Greedy, with the top-2 log-probabilities of every step: where two runs part, the gap says why.
+GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, n_probs=2)
+# Two runs may part only where the top two log-probabilities are this close (nats). Rounding moves
+# logits by ~1e-5 here; a real divergence (a wrong KV cell) moves them by far more than this.
+NEAR_TIE = 0.01
 SLOTS = 6
 SYSTEM = "You are a meticulous archivist of lanterns, maps and tide tables in a harbour town. " * 8
 QUESTIONS = [
@@ -50,20 +57,40 @@ def _engine(model: Path, kv_unified: str, prefix_cache: bool) -> Engine:
     return Engine(config, prefix_cache=prefix_cache)
 
 
-async def _drain(stream: LocalStream) -> tuple[list[int], TokenEvent]:
+Run = tuple[list[int], TokenEvent, list[TokenLogprob]]
+
+
+async def _drain(stream: LocalStream) -> Run:
     tokens: list[int] = []
+    logprobs: list[TokenLogprob] = []
     last: TokenEvent | None = None
     async for event in stream:
         tokens += event.token_ids
+        logprobs += event.logprobs or []
         last = event
     assert last is not None and last.finished
-    return tokens, last
+    return tokens, last, logprobs
 
 
-def _together(eng: Engine, prompts: list[list[int]], max_tokens: int) -> list[tuple[list[int], TokenEvent]]:
+def _gap(step: TokenLogprob) -> float:
+    assert len(step.top) >= 2, "every step carries its top two"
+    return step.top[0][1] - step.top[1][1]
+
+
+def _same_or_near_tie(shared: Run, plain: Run) -> bool:
+    """True where the two streams are identical; where they part, it must be at a near-tie in both."""
+    n = _common_prefix(shared[0], plain[0])
+    if n == len(plain[0]) == len(shared[0]):
+        return True
+    gaps = (_gap(shared[2][n]), _gap(plain[2][n]))
+    assert max(gaps) < NEAR_TIE, f"parted at token {n} with top-2 gaps {gaps}: not a near-tie"
+    return False
+
+
+def _together(eng: Engine, prompts: list[list[int]], max_tokens: int) -> list[Run]:
     """Submits every request while the engine thread waits on a job, then lets it go."""
 
-    async def main() -> list[tuple[list[int], TokenEvent]]:
+    async def main() -> list[Run]:
         held, release = threading.Event(), threading.Event()
 
         def hold() -> None:
@@ -106,15 +133,16 @@ def test_a_system_prompt_shared_by_requests_arriving_together_is_evaluated_once(
     assert min(shared) >= 150, "the system prompt is long"
     tails = [len(p) - n for p, n in zip(prompts[1:], shared, strict=True)]
 
-    timings = [last.timings for _, last in results[True]]
+    timings = [last.timings for _, last, _ in results[True]]
     assert all(t is not None for t in timings)
     assert [(t.cache_n, t.prompt_n) for t in timings if t is not None] == [
         (0, len(prompts[0])),
         *zip(shared, tails, strict=True),
     ]
     assert sum(t.prompt_n for t in timings if t is not None) == len(prompts[0]) + sum(tails)
-    plain = [last.timings for _, last in results[False]]
+    plain = [last.timings for _, last, _ in results[False]]
     assert sum(t.prompt_n for t in plain if t is not None) == sum(len(p) for p in prompts)
 
-    assert [len(tokens) for tokens, _ in results[True]] == [24] * SLOTS
-    assert [tokens for tokens, _ in results[True]] == [tokens for tokens, _ in results[False]]
+    assert [len(tokens) for tokens, _, _ in results[True]] == [24] * SLOTS
+    same = [_same_or_near_tie(a, b) for a, b in zip(results[True], results[False], strict=True)]
+    assert sum(same) >= SLOTS // 2, f"most streams are identical to the unshared run: {same}"
