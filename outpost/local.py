@@ -15,8 +15,17 @@ from typing import Any, Protocol
 
 from outpost.backend import BackendStats, BackendUnavailable, EventStream
 from outpost.engine.codec import LlamaCodec
+from outpost.engine.config import EngineConfig
 from outpost.messages import GenerateRequest, context_exceeded
 from outpost.runtime import Engine
+
+
+def _weights(config: EngineConfig) -> str:
+    """Where the weights are and, for the CPU's, their layout."""
+    if config.n_gpu_layers < 0:
+        return "every layer on the GPU"
+    cpu = f"{config.weight_layout} weights"
+    return f"{config.n_gpu_layers} layers on the GPU, {cpu} on the CPU" if config.n_gpu_layers else cpu
 
 
 class Embedder(Protocol):
@@ -77,7 +86,7 @@ class LocalBackend:
         model = self.engine.model
         kv = "one KV pool" if model.kv_unified else "a KV stream per slot"
         serving = (
-            f"{self.n_ctx_seq} positions per request, {model.config.weight_layout} weights, {kv}, "
+            f"{self.n_ctx_seq} positions per request, {_weights(model.config)}, {kv}, "
             f"{self.engine.prefill_budget.describe()}"
         )
         return {**model.describe(), "serving": serving}

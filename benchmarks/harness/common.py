@@ -76,9 +76,11 @@ def same_weight_layout_for_llama_cpp_python(config: EngineConfig) -> None:
     bindings.llama_model_default_params = patched
 
 
-def weight_layout(model: Path, slots: int) -> str:
-    """The layout Outpost picks for this model, slot count and CPU (outpost/engine/cpu_probe.py)."""
-    return EngineConfig(model_path=str(model), n_seq_max=slots).weight_layout
+def weight_layout(model: Path, slots: int, n_gpu_layers: int = 0) -> str:
+    """The layout Outpost picks for this model, slot count, CPU and GPU layers (outpost/engine/cpu_probe.py;
+    -ngl 99 counts as every layer, as sizing resolves it)."""
+    layers = -1 if n_gpu_layers >= 99 else n_gpu_layers
+    return EngineConfig(model_path=str(model), n_seq_max=slots, n_gpu_layers=layers).weight_layout
 
 
 def llama_bench_layout_args(layout: str) -> list[str]:

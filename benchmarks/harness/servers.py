@@ -42,6 +42,7 @@ class Setup:
     parallel: int
     cpus: str | None  # `taskset -c` list, or None: not pinned
     llama_server: str | None  # the llama-server binary
+    n_gpu_layers: int = 0  # -ngl for outpost and llama-server alike (0: the CPU)
 
     @property
     def ctx(self) -> int:
@@ -103,7 +104,9 @@ def server_spec(kind: str, setup: Setup, port: int, prompt_cache: bool = False) 
             "--port",
             p,
         ]
-        layout = weight_layout(setup.model, setup.parallel)
+        if setup.n_gpu_layers:
+            argv += ["-ngl", str(setup.n_gpu_layers)]
+        layout = weight_layout(setup.model, setup.parallel, setup.n_gpu_layers)
         return ServerSpec(kind, pin + argv, layout, ["chosen by outpost itself (--repack auto)"])
     if kind == "llama_cpp_python":
         opts = f"--model {m} --n_threads {t} --n_threads_batch {t} --n_ctx 2048 --host 127.0.0.1 --port {p}"
@@ -120,6 +123,8 @@ def server_spec(kind: str, setup: Setup, port: int, prompt_cache: bool = False) 
             kind, pin + argv, layout, ["one request at a time (no -np); Outpost's layout for 4 slots"]
         )
     assert kind == "llama_server" and setup.llama_server
+    if setup.n_gpu_layers:
+        return _llama_server_on_gpu(setup, port, prompt_cache, pin)
     ours = weight_layout(setup.model, setup.parallel)
     layout_args = llama_server_layout_args(ours)
     opts = f"-m {m} -t {t} -tb {t} -np {np_} -c {ctx} --host 127.0.0.1 --port {p}"
@@ -130,6 +135,20 @@ def server_spec(kind: str, setup: Setup, port: int, prompt_cache: bool = False) 
             "--no-repack: llama-server's own repack picks AMX, whose tiles fault on this CPU (crash)"
         )
     return ServerSpec(kind, pin + argv, "plain" if "--no-repack" in layout_args else ours, notes)
+
+
+def _llama_server_on_gpu(setup: Setup, port: int, prompt_cache: bool, pin: list[str]) -> ServerSpec:
+    """llama-server with layers on a GPU: Outpost's flags and its own defaults otherwise (its CPU
+    layout flags concern the CPU's weights; `-fit off`: it keeps the -c and -ngl given instead of
+    refitting them to the free memory)."""
+    assert setup.llama_server
+    opts = f"-m {setup.model} -t {setup.threads} -tb {setup.threads} -np {setup.parallel} -c {setup.ctx}"
+    opts += f" -ngl {setup.n_gpu_layers} -fit off --host 127.0.0.1 --port {port}"
+    argv = [setup.llama_server, *opts.split(), *(CACHE_REUSE if prompt_cache else [])]
+    layout = weight_layout(setup.model, setup.parallel, setup.n_gpu_layers)
+    return ServerSpec(
+        "llama_server", pin + argv, layout, ["-ngl: its default CPU layout for what stays there"]
+    )
 
 
 class ServerProcess:

@@ -117,6 +117,8 @@ def parse_args() -> argparse.Namespace:
     add = p.add_argument
     add("--shape", default="smollm2-135m")
     add("--quant", default="q4_0")
+    add("--model", type=Path, help="a GGUF to serve instead of the synthetic --shape/--quant one")
+    add("--ngl", type=int, default=0, help="-ngl for outpost and llama-server (e.g. 99: every layer)")
     add("--cpus", help="pin every server to these CPUs (taskset -c LIST); -t defaults to their count")
     add("--threads", type=int, help="-t for every server (default: --cpus' count, else usable CPUs)")
     add("--parallel", type=int, default=8, help="-np for outpost and llama-server (-c is 1024 x np)")
@@ -152,8 +154,8 @@ def main() -> None:
     scenarios = {s.strip() for s in args.scenarios.split(",")}
     if not scenarios <= {"throughput", "shared-prefix"}:
         raise SystemExit(f"--scenarios takes throughput and/or shared-prefix, got {args.scenarios!r}")
-    model = bench_model(args.shape, args.quant)
-    setup = Setup(model, args.threads, args.parallel, args.cpus, args.llama_server)
+    model = args.model or bench_model(args.shape, args.quant)
+    setup = Setup(model, args.threads, args.parallel, args.cpus, args.llama_server, args.ngl)
     kinds = pick_kinds(args)
     args.out.mkdir(parents=True, exist_ok=True)
     extra = {"temperature": 0.8, "logit_bias": {str(t): -100 for t in eog_tokens(model)}}

@@ -212,7 +212,8 @@ class Report:
         pin = f"pinned to CPUs {s.cpus}" if s.cpus else "not pinned"
         lcp_levels = ",".join(map(str, a.llama_cpp_python_levels))
         return (
-            f"{s.model.name}, -t {s.threads}, -np {s.parallel}, -c {s.ctx}, servers {pin}; "
+            f"{s.model.name}, -t {s.threads}, -np {s.parallel}, -c {s.ctx}"
+            f"{f', -ngl {s.n_gpu_layers}' if s.n_gpu_layers else ''}, servers {pin}; "
             f"{a.rounds} round(s), levels {','.join(map(str, a.levels))}; llama-cpp-python's server "
             f"(one request at a time, it cuts the other streams) at {lcp_levels} streams only"
         )

@@ -11,7 +11,8 @@ from outpost.engine.config import EngineConfig, resolve_flash_attn
 from outpost.runtime import Engine
 from outpost.settings import EngineSettings
 from outpost.settings.fields import existing_file
-from outpost.sizing import Asked, Plan, size_for_model
+from outpost.sizing import Asked, Gpu, Plan, size_for_model
+from outpost.sizing.offload import offloadable
 
 
 def engine_config(settings: EngineSettings, model_path: str) -> EngineConfig:
@@ -24,7 +25,7 @@ def engine_config(settings: EngineSettings, model_path: str) -> EngineConfig:
         "n_batch": settings.batch_size,
         "n_ubatch": settings.ubatch_size,
         "n_seq_max": settings.parallel if isinstance(settings.parallel, int) else 4,
-        "n_gpu_layers": settings.n_gpu_layers,
+        "n_gpu_layers": settings.n_gpu_layers if isinstance(settings.n_gpu_layers, int) else 0,
         "split_mode": settings.split_mode,
         "flash_attn": settings.flash_attn,
         "repack": settings.repack,
@@ -36,27 +37,45 @@ def engine_config(settings: EngineSettings, model_path: str) -> EngineConfig:
     return EngineConfig.model_validate(options)
 
 
+def _offload_targets(settings: EngineSettings) -> tuple[Gpu, ...]:
+    """The GPUs llama.cpp would put layers on, read from its device list only when -ngl asks for
+    layers there."""
+    if settings.n_gpu_layers == 0:
+        return ()
+    from outpost.engine.devices import gpu_devices
+
+    return offloadable(gpu_devices(), settings.split_mode, main_gpu=0)
+
+
 def sized(settings: EngineSettings, model_path: str) -> tuple[EngineSettings, Plan]:
-    """`settings` with its "auto" slots, KV cells and threads decided from the machine and the model
-    (outpost/sizing); NotEnoughMemory (a ValueError: exit 2) when explicit ones cannot fit."""
+    """`settings` with its "auto" slots, KV cells, threads and GPU layers decided from the machine,
+    its GPUs and the model (outpost/sizing); NotEnoughMemory (a ValueError: exit 2) when explicit
+    ones cannot fit."""
 
     existing_file(model_path)
 
     def given(value: object) -> int | None:
         return value if isinstance(value, int) else None
 
+    gpus = _offload_targets(settings)
     asked = Asked(
         parallel=given(settings.parallel),
         ctx_size=given(settings.ctx_size),
         threads=given(settings.threads),
         n_ubatch=settings.ubatch_size,
         n_batch=settings.batch_size,
-        flash_attn=resolve_flash_attn(settings.flash_attn, settings.n_gpu_layers),
+        # llama.cpp's own choice wherever layers can go to a GPU (sizing counts its buffers then).
+        flash_attn=resolve_flash_attn(settings.flash_attn, 1 if gpus else 0),
         kv_unified=settings.kv_unified,
-        check_memory=settings.n_gpu_layers == 0,
+        gpu_layers=given(settings.n_gpu_layers),
     )
-    plan = size_for_model(model_path, asked)
-    update = {"parallel": plan.slots, "ctx_size": plan.n_ctx, "threads": plan.threads}
+    plan = size_for_model(model_path, asked, gpus=gpus)
+    update = {
+        "parallel": plan.slots,
+        "ctx_size": plan.n_ctx,
+        "threads": plan.threads,
+        "n_gpu_layers": plan.n_gpu_layers,
+    }
     return settings.model_copy(update=update), plan
 
 

@@ -46,7 +46,11 @@ class EngineConfig(BaseModel):
     n_seq_max: int = Field(4, ge=1, le=256, description="slots (sequence ids) in one context")
     n_threads: int = Field(default_factory=available_cpus, ge=1)
     n_threads_batch: int | None = Field(None, ge=1, description="prefill threads; None = n_threads")
-    n_gpu_layers: int = Field(0, ge=-1, description="layers offloaded to GPU; -1 = all")
+    n_gpu_layers: int = Field(
+        0,
+        ge=-1,
+        description="layers offloaded to GPU; -1 = all (sizing resolves -ngl to -1 when it covers all)",
+    )
     split_mode: Literal["none", "layer", "row"] = "layer"
     main_gpu: int = Field(0, ge=0)
     tensor_split: tuple[float, ...] = ()
@@ -76,7 +80,7 @@ class EngineConfig(BaseModel):
 
     @property
     def weight_layout(self) -> WeightLayout:
-        return choose_layout(self.repack, self.n_seq_max)
+        return choose_layout(self.repack, self.n_seq_max, self.n_gpu_layers)
 
     @property
     def use_extra_bufts(self) -> bool:

@@ -108,12 +108,22 @@ def _run_probe() -> bool:
 ONE_TOKEN_MAX_SLOTS = 2
 
 
-def choose_layout(repack: Literal["auto", "on", "off"], n_slots: int = 1) -> WeightLayout:
+def choose_layout(
+    repack: Literal["auto", "on", "off"], n_slots: int = 1, gpu_layers: int = 0
+) -> WeightLayout:
     """auto: llama.cpp's default, unless its AMX tiles fault here: then AMX's one-token kernel for
     up to ONE_TOKEN_MAX_SLOTS slots (latency), the repacked layout without AMX for more (batched
-    throughput)."""
-    if repack == "off":
+    throughput).
+
+    With layers on a GPU (`gpu_layers` > 0; < 0: all of them) the layouts only concern the layers
+    left on the CPU. All offloaded: none is, so auto is the plain layout and the AMX probe never
+    runs. Some offloaded: the one-token mode is out (a micro-batch of one token would make every
+    GPU layer take prompts a token at a time) and so are the per-tensor overrides (they would pin
+    offloaded weights to the CPU), so where tiles fault the CPU's layers get the plain layout."""
+    if repack == "off" or (repack == "auto" and gpu_layers < 0):
         return "plain"
     if repack == "on" or not cpu_has_amx() or amx_tiles_work():
         return "repacked"
+    if gpu_layers > 0:
+        return "plain"
     return "amx-gemv" if n_slots <= ONE_TOKEN_MAX_SLOTS else "repacked-no-amx"

@@ -51,8 +51,13 @@ class EngineSettings(Block):
     threads: Annotated[int, Field(ge=1)] | Auto = setting(
         "auto", "-t", "--threads", help="CPU threads (default auto: usable cores)", parse=int_or_auto
     )
-    n_gpu_layers: int = setting(
-        0, "-ngl", "--n-gpu-layers", help="layers to offload to GPU (-1: all)", parse=int, ge=-1
+    n_gpu_layers: Annotated[int, Field(ge=-1)] | Auto = setting(
+        0,
+        "-ngl",
+        "--n-gpu-layers",
+        help="layers to offload to GPU (default 0): a number (-1: all), or auto: as many as the free "
+        "GPU memory holds (none on a CPU-only llama.cpp build)",
+        parse=int_or_auto,
     )
     split_mode: Literal["none", "layer", "row"] = setting(
         "layer",

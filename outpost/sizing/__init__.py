@@ -1,8 +1,10 @@
-"""Sizing an engine from the machine: `-np auto`, `-c auto`, `-t auto` (no llama.cpp here).
+"""Sizing an engine from the machine: `-np auto`, `-c auto`, `-t auto`, `-ngl auto` (no llama.cpp here).
 
 `machine` reads what this process may use (memory and cores, container limits included),
-`footprint` what the model costs (weights, KV bytes per cell) from its GGUF header, and `plan`
-decides. `size_for_model` ties them together for `outpost serve` (and anything taking its flags).
+`footprint` what the model costs (weights, KV bytes per cell) from its GGUF header, `offload`
+which layers go to a GPU (`-ngl`, auto included; the GPUs' free memory comes from the engine,
+outpost/engine/devices.py), and `plan` decides. `size_for_model` ties them together for
+`outpost serve` (and anything taking its flags).
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from pathlib import Path
 
 from outpost.sizing.footprint import ModelFootprint, read_footprint
 from outpost.sizing.machine import Cores, MachineFiles, Memory, read_cores, read_memory
+from outpost.sizing.offload import Gpu, Offload
 from outpost.sizing.plan import Asked, NotEnoughMemory, Plan, plan
 
 AUTO = "auto"
 
 
 def int_or_auto(text: str) -> int | str:
-    """argparse type for -np/-c/-t: a whole number or `auto`."""
+    """argparse type for -np/-c/-t/-ngl: a whole number or `auto`."""
     if text.strip().lower() == AUTO:
         return AUTO
     try:
@@ -27,20 +30,25 @@ def int_or_auto(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a whole number or 'auto', got {text!r}") from None
 
 
-def size_for_model(model_path: str, asked: Asked, files: MachineFiles | None = None) -> Plan:
-    """The plan for serving `model_path` here; NotEnoughMemory (a ValueError) if it cannot fit."""
+def size_for_model(
+    model_path: str, asked: Asked, files: MachineFiles | None = None, gpus: tuple[Gpu, ...] = ()
+) -> Plan:
+    """The plan for serving `model_path` here (`gpus`: those llama.cpp can offload to);
+    NotEnoughMemory (a ValueError) if it cannot fit."""
     files = files or MachineFiles()
-    return plan(read_footprint(Path(model_path)), read_memory(files), read_cores(files), asked)
+    return plan(read_footprint(Path(model_path)), read_memory(files), read_cores(files), asked, gpus)
 
 
 __all__ = [
     "AUTO",
     "Asked",
     "Cores",
+    "Gpu",
     "MachineFiles",
     "Memory",
     "ModelFootprint",
     "NotEnoughMemory",
+    "Offload",
     "Plan",
     "int_or_auto",
     "plan",

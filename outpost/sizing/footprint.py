@@ -1,20 +1,23 @@
 """What a model costs in memory, read from its GGUF header (no llama.cpp).
 
 The weights cost their file size (llama.cpp maps the file; every page is read while decoding, so
-all of it ends up resident). The KV cache costs, per cell (one position of one sequence), a key
-and a value vector per layer and KV head: n_layer * n_head_kv * (key_length + value_length) *
-bytes per element (2 for f16, llama.cpp's default cache type).
+all of it ends up resident); where layers go to a GPU, each block's tensors and the output layer's
+are summed from the tensor table that follows the metadata (sizing/offload.py). The KV cache
+costs, per cell (one position of one sequence), a key and a value vector per layer and KV head:
+n_layer * n_head_kv * (key_length + value_length) * bytes per element (2 for f16, llama.cpp's
+default cache type).
 """
 
 from __future__ import annotations
 
 import mmap
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gguf.constants import GGUF_MAGIC
+from gguf.constants import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType
 
 # Bytes per K/V element for llama.cpp's cache types (q8_0: 34-byte blocks of 32 values).
 KV_TYPE_BYTES = {"f16": 2.0, "f32": 4.0, "q8_0": 34 / 32}
@@ -33,6 +36,8 @@ class ModelFootprint:
     n_embd: int
     n_vocab: int
     n_ctx_train: int  # 0 when the header does not say
+    layer_bytes: tuple[int, ...] = ()  # weight bytes of each block (blk.N.*), when read
+    output_bytes: int = 0  # the output layer's weights (output.weight or the tied embedding, norm)
 
     def kv_bytes_per_cell(self, kv_type: str = "f16") -> int:
         """KV cache bytes one position of one sequence takes, over all layers."""
@@ -53,6 +58,7 @@ class _HeaderWalk:
     def __init__(self, data: mmap.mmap) -> None:
         self.data = data
         self.pos = 0
+        self.n_tensors = 0
 
     def take(self, fmt: str) -> Any:
         value = struct.unpack_from("<" + fmt, self.data, self.pos)[0]
@@ -90,13 +96,26 @@ class _HeaderWalk:
             raise ValueError("no GGUF magic")
         if self.take("I") < 2:
             raise ValueError("GGUF version 1 is not supported")
-        self.take("Q")  # tensor count
+        self.n_tensors = self.take("Q")
         n_kv = self.take("Q")
         found: dict[str, Any] = {}
         for _ in range(n_kv):
             key = self.string()
             found[key] = self.value(self.take("I"))
         return found
+
+    def tensor_bytes(self) -> dict[str, int]:
+        """Each tensor's size in bytes, from the table after the metadata (call metadata() first)."""
+        sizes: dict[str, int] = {}
+        for _ in range(self.n_tensors):
+            name = self.string()
+            elements = 1
+            for _ in range(self.take("I")):
+                elements *= self.take("Q")
+            block, size = GGML_QUANT_SIZES[GGMLQuantizationType(self.take("I"))]
+            self.take("Q")  # offset in the data section
+            sizes[name] = elements // block * size
+        return sizes
 
 
 @dataclass(frozen=True)
@@ -121,16 +140,36 @@ def _first_int(value: Any) -> int:
 
 def read_metadata(path: Path) -> dict[str, Any]:
     """A GGUF's metadata keys; arrays longer than per-layer lists come back as `_Length`."""
+    return _read_header(path)[0]
+
+
+def _read_header(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+    """The metadata and each tensor's size in bytes."""
     try:
         with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return _HeaderWalk(data).metadata()
-    except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
+            walk = _HeaderWalk(data)
+            return walk.metadata(), walk.tensor_bytes()
+    except (ValueError, OSError, struct.error, UnicodeDecodeError, KeyError) as exc:
         raise ValueError(f"{path} is not a readable GGUF file ({exc})") from exc
+
+
+_BLOCK_TENSOR = re.compile(r"blk\.(\d+)\.")
+
+
+def _layer_sizes(tensors: dict[str, int], n_layer: int) -> tuple[tuple[int, ...], int]:
+    """Weight bytes per block, and the output layer's (its own matrix, else the tied embedding)."""
+    blocks = [0] * n_layer
+    for name, size in tensors.items():
+        match = _BLOCK_TENSOR.match(name)
+        if match and int(match.group(1)) < n_layer:
+            blocks[int(match.group(1))] += size
+    output = tensors.get("output.weight", tensors.get("token_embd.weight", 0))
+    return tuple(blocks), output + tensors.get("output_norm.weight", 0)
 
 
 def read_footprint(path: Path) -> ModelFootprint:
     """Read the header of the GGUF at `path`; ValueError if it lacks what sizing needs."""
-    meta = read_metadata(path)
+    meta, tensors = _read_header(path)
     arch = str(meta.get("general.architecture") or "")
 
     def key(name: str) -> Any:
@@ -147,6 +186,7 @@ def read_footprint(path: Path) -> ModelFootprint:
         kv_heads_total = n_layer * (int(kv_heads) if kv_heads else n_head)
     head_dim = n_embd // n_head if n_head else 0
     tokens = meta.get("tokenizer.ggml.tokens")
+    layer_bytes, output_bytes = _layer_sizes(tensors, n_layer) if tensors else ((), 0)
     return ModelFootprint(
         file_bytes=path.stat().st_size,
         n_layer=n_layer,
@@ -157,6 +197,8 @@ def read_footprint(path: Path) -> ModelFootprint:
         n_embd=n_embd,
         n_vocab=tokens.count if isinstance(tokens, _Length) else int(key("vocab_size") or 0),
         n_ctx_train=int(key("context_length") or 0),
+        layer_bytes=layer_bytes,
+        output_bytes=output_bytes,
     )
 
 

@@ -55,7 +55,7 @@ def test_f16_weights_are_left_alone(tiny_model: Path) -> None:
 
 
 def _last_logits(layout: str, model_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[np.ndarray, str]:
-    monkeypatch.setattr(engine_config, "choose_layout", lambda repack, n_slots: layout)
+    monkeypatch.setattr(engine_config, "choose_layout", lambda repack, n_slots, gpu_layers=0: layout)
     buffers: list[str] = []
     with capture_log_lines(lambda line: buffers.append(line) if "model buffer size" in line else None):
         model = LoadedModel(EngineConfig(model_path=str(model_path), n_ctx=512, n_seq_max=4))

@@ -51,7 +51,7 @@ def test_layout_sets_buffers_micro_batch_and_kv_streams(
     ubatch: int,
     unified: bool,
 ) -> None:
-    monkeypatch.setattr(engine_config, "choose_layout", lambda repack, n_slots: layout)
+    monkeypatch.setattr(engine_config, "choose_layout", lambda repack, n_slots, gpu_layers=0: layout)
     cfg = EngineConfig(model_path=str(tiny_model), n_batch=256, n_ubatch=512)
     assert (cfg.use_extra_bufts, cfg.effective_n_ubatch) == (extra_bufts, ubatch)
     assert cfg.effective_kv_unified == unified
