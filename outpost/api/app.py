@@ -20,12 +20,21 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 import outpost
-from outpost.api import embeddings, llama_routes, openai_routes, sagemaker, webui
+from outpost.api import (
+    anthropic_routes,
+    embeddings,
+    llama_routes,
+    openai_routes,
+    responses_routes,
+    sagemaker,
+    webui,
+)
 from outpost.api.auth import ApiKeyMiddleware
 from outpost.api.errors import install_error_handlers
 from outpost.api.limits import BodyLimitMiddleware
 from outpost.api.metrics import Metrics
 from outpost.api.requestlog import RequestLogMiddleware
+from outpost.api.response_store import ResponseStore
 from outpost.api.state import BackendFactory, Backends, ServerState
 from outpost.settings import HttpSettings
 from outpost.tracing import Tracer
@@ -70,7 +79,10 @@ def create_app(
         lifespan=_lifespan(state, factory),
     )
     app.state.server = state
-    routers = [m.router for m in (openai_routes, embeddings, llama_routes, sagemaker)]
+    app.state.responses = ResponseStore(config.responses_max, config.responses_ttl)
+    # Every API's routes are registered here, each from its own module.
+    apis = (openai_routes, responses_routes, anthropic_routes, embeddings, llama_routes, sagemaker)
+    routers = [m.router for m in apis]
     if config.webui:
         routers.append(webui.build_router())
     for router in routers:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import hmac
 
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from outpost.api.errors import ApiError
+
+ANTHROPIC_PREFIX = "/v1/messages"
 
 
 def presented_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
@@ -62,4 +65,9 @@ class ApiKeyMiddleware:
             code="invalid_api_key",
             headers={"WWW-Authenticate": "Bearer"},
         )
+        if scope["path"].startswith(ANTHROPIC_PREFIX):  # Anthropic's clients read their own envelope
+            body = {"type": "error", "error": {"type": "authentication_error", "message": err.message}}
+            reply = JSONResponse(body, status_code=401, headers=err.headers)
+            await reply(scope, receive, send)
+            return
         await err.response()(scope, receive, send)

@@ -8,14 +8,14 @@ while watching for the client hanging up.
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from outpost.api import chat_plan, mapping, render
+from outpost.api import mapping, render
+from outpost.api.chat_run import CLIENT_CLOSED, start_chat
 from outpost.api.errors import ApiError
 from outpost.api.generation import (
     ClientDisconnected,
@@ -31,19 +31,11 @@ from outpost.api.state import ServerState
 from outpost.api.streaming import StreamSpec, chat_stream, completion_stream, sse_response
 from outpost.backend import InferenceBackend
 
-CLIENT_CLOSED = 499  # nginx's status for "the client closed the connection first"
-
 
 def state_of(request: Request) -> ServerState:
     state = request.app.state.server
     assert isinstance(state, ServerState)
     return state
-
-
-def _max_tokens(body: ChatCompletionRequest) -> tuple[int | None, str]:
-    if body.max_completion_tokens is not None:
-        return body.max_completion_tokens, "max_completion_tokens"
-    return body.max_tokens, "max_tokens"
 
 
 async def wait_outcomes(request: Request, gens: list[Generation]) -> list[Outcome]:
@@ -81,36 +73,16 @@ def _spec(
 
 
 async def handle_chat(state: ServerState, body: ChatCompletionRequest, request: Request) -> Response:
-    model_id, backend = served = state.backend_for(body.model)
-    codec = backend.codec
-    arrival = time.monotonic()
-    mapping.check_n(body.n)
-    render_with = functools.partial(mapping.render_dicts, codec)
-    reasoning = state.config.reasoning_format
-    plan = await asyncio.to_thread(
-        chat_plan.prepare, body, render_with, codec.chat_template_source, reasoning
-    )
-    text = plan.prompt
-    tokens = await asyncio.to_thread(mapping.prompt_tokens, codec, text)
-    requested, param = _max_tokens(body)
-    cfg = state.config
-    max_tokens = mapping.resolve_max_tokens(
-        len(tokens), requested, backend.n_ctx_seq, cfg.default_max_tokens, param
-    )
-    n_probs = (body.top_logprobs or 0) if body.logprobs else -1
-    sampling = plan.sampling(mapping.sampling_params(codec, body, n_probs))
-    rid = mapping.new_request_id("chatcmpl")
-    record_of(request).id = rid
-    stop = mapping.stop_strings(body.stop)
-    req = mapping.generate_request(tokens, max_tokens, sampling, stop, rid, cfg.request_timeout, arrival)
-    gen = Generation(backend, req, state.metrics)
-    await gen.start()
+    run = await start_chat(state, body, request)
+    plan, gen, rid, cfg = run.plan, run.gen, run.rid, state.config
     if body.stream:
-        spec = _spec(state, request, served, rid, bool(body.logprobs), body, [text])
+        spec = _spec(
+            state, request, (run.model_id, run.backend), rid, bool(body.logprobs), body, [run.prompt]
+        )
         spec.chat = plan
         return sse_response(chat_stream(gen, spec), [gen])
     (out,) = await wait_outcomes(request, [gen])
-    record_of(request).add_outcome(out, text, cfg.log_prompts)
+    record_of(request).add_outcome(out, run.prompt, cfg.log_prompts)
     err = outcome_error(out, cfg.request_timeout)
     if err is not None:
         raise err
@@ -118,7 +90,7 @@ async def handle_chat(state: ServerState, body: ChatCompletionRequest, request: 
     message = reader.message(out.text)
     finish = plan.finish_reason(render.finish_reason(out.finish), bool(reader.tool_calls))
     reply = render.chat_completion(
-        rid, model_id, out, codec, bool(body.logprobs), message=message, finish=finish
+        rid, run.model_id, out, run.backend.codec, bool(body.logprobs), message=message, finish=finish
     )
     return JSONResponse(reply)
 

@@ -86,6 +86,21 @@ class HttpSettings(Block):
         parse=float,
         ge=0,
     )
+    responses_max: int = setting(
+        1000,
+        "--responses-max",
+        help="finished /v1/responses kept in memory for previous_response_id, the least recently "
+        "used dropped first (default 1000; 0: none)",
+        parse=int,
+        ge=0,
+    )
+    responses_ttl: float = setting(
+        3600.0,
+        "--responses-ttl",
+        help="seconds a finished /v1/responses is kept for previous_response_id (default 3600)",
+        parse=float,
+        gt=0,
+    )
     open_paths: tuple[str, ...] = Field(DEFAULT_OPEN_PATHS, description="paths that need no key")
 
     @model_validator(mode="before")

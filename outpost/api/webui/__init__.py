@@ -1,6 +1,8 @@
 """The browser chat page at `/`: static files shipped in the package, served with strict headers.
 
-Plain HTML, CSS and JavaScript (no build step, no CDN). The page holds no secrets, so its paths are
+Plain HTML, CSS and JavaScript (no build step, no CDN); markdown is rendered by two vendored,
+pinned libraries, marked and DOMPurify (static/vendor/README.md says which versions, and how to
+update them), the answer's HTML escaped and the result sanitised. The page holds no secrets, so its paths are
 open like /health; everything it calls (/v1/models, /v1/chat/completions) still needs the API key,
 which the page sends as an `Authorization` header, never in a URL. `install(app)` adds the routes
 to any FastAPI app (the server's, and later the gateway's); `OPEN_PATHS` are the paths to exempt
@@ -37,6 +39,8 @@ ASSETS = {
     "/webui/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/webui/style.css": ("style.css", "text/css; charset=utf-8"),
     "/webui/icon.svg": ("icon.svg", "image/svg+xml"),
+    "/webui/vendor/marked.umd.js": ("vendor/marked.umd.js", "text/javascript; charset=utf-8"),
+    "/webui/vendor/purify.min.js": ("vendor/purify.min.js", "text/javascript; charset=utf-8"),
 }
 OPEN_PATHS: tuple[str, ...] = tuple(ASSETS)
 
@@ -53,7 +57,7 @@ def build_router() -> APIRouter:
     router = APIRouter(include_in_schema=False)
     static = resources.files(__package__) / "static"
     for path, (name, media_type) in ASSETS.items():
-        body = (static / name).read_bytes()
+        body = static.joinpath(*name.split("/")).read_bytes()
         router.add_api_route(path, _asset_route(body, media_type), methods=["GET"])
     return router
 

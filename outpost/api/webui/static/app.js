@@ -1,18 +1,24 @@
-// Outpost's chat page. Streams /v1/chat/completions (SSE over fetch), keeps the conversation in
-// localStorage, and sends the API key only as an Authorization header (never in a URL). Text is
-// always set with textContent: model output is never parsed as HTML.
+// Outpost's chat page. Streams /v1/chat/completions (SSE over fetch), keeps the conversations in
+// localStorage, and sends the API key only as an Authorization header (never in a URL). Answers
+// are markdown: rendered by the vendored marked with any HTML in them escaped (so a <script> in an
+// answer shows as text), then sanitised by the vendored DOMPurify before it reaches the page.
+// Everything else (user turns, reasoning, errors) is set with textContent.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const STORE = { chat: "outpost.chat", settings: "outpost.settings", key: "outpost.apiKey" };
+const STORE = { chat: "outpost.chat", chats: "outpost.chats", settings: "outpost.settings", key: "outpost.apiKey" };
 const SETTINGS = ["system", "temperature", "top_p", "max_tokens"];
 const STATUS_LABELS = {
   400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 408: "Timed out",
   413: "Request too large", 429: "Server busy", 500: "Server error", 503: "Unavailable",
 };
 
-const state = { messages: load(STORE.chat, []), model: null, controller: null };
+const state = { chats: null, messages: [], model: null, controller: null };
 const views = new WeakMap(); // message -> its DOM nodes (kept out of what is saved)
+const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+const escapeHtml = (text) => String(text).replace(/[&<>"']/g, (c) => ESCAPES[c]);
+// Raw HTML in an answer is shown as the text it is, never parsed.
+const markdown = new marked.Marked({ gfm: true, breaks: true, renderer: { html: ({ text }) => escapeHtml(text) } });
 
 function load(name, fallback) {
   try {
@@ -36,6 +42,80 @@ function el(tag, className, text) {
   if (className) node.className = className;
   if (text !== undefined) node.textContent = text;
   return node;
+}
+
+// ---- conversations: {current, list: [{id, title, messages, updated}]} in localStorage ----
+
+function newChat(messages) {
+  const id = `c${Date.now().toString(36)}${Math.random().toString(36).slice(2, 7)}`;
+  return { id, title: "", messages: messages || [], updated: Date.now() };
+}
+
+function loadChats() {
+  const saved = load(STORE.chats, null);
+  if (saved && Array.isArray(saved.list) && saved.list.length) return saved;
+  const first = newChat(load(STORE.chat, [])); // the single conversation older pages kept
+  localStorage.removeItem(STORE.chat);
+  return { current: first.id, list: [first] };
+}
+
+function currentChat() {
+  return state.chats.list.find((c) => c.id === state.chats.current);
+}
+
+function saveChats() {
+  const chat = currentChat();
+  if (chat) {
+    chat.messages = state.messages;
+    chat.updated = Date.now();
+    const first = state.messages.find((m) => m.role === "user");
+    chat.title = first ? first.content.slice(0, 60) : "";
+  }
+  save(STORE.chats, state.chats);
+  renderChats();
+}
+
+function openChat(id) {
+  state.controller?.abort();
+  state.chats.current = id;
+  state.messages = currentChat().messages;
+  save(STORE.chats, state.chats);
+  $("speed").textContent = "";
+  showError("");
+  renderAll();
+  renderChats();
+}
+
+function startChat() {
+  const chat = currentChat();
+  if (chat && chat.messages.length === 0) return openChat(chat.id);
+  const fresh = newChat();
+  state.chats.list.unshift(fresh);
+  openChat(fresh.id);
+}
+
+function deleteChat(id) {
+  state.chats.list = state.chats.list.filter((c) => c.id !== id);
+  if (!state.chats.list.length) state.chats.list.push(newChat());
+  if (state.chats.current === id) openChat(state.chats.list[0].id);
+  else saveChats();
+}
+
+function renderChats() {
+  const list = $("chat-list");
+  list.replaceChildren();
+  for (const chat of state.chats.list) {
+    const item = el("li", chat.id === state.chats.current ? "current" : "");
+    const open = el("button", "ghost open-chat", chat.title || "New chat");
+    open.type = "button";
+    open.addEventListener("click", () => openChat(chat.id));
+    const drop = el("button", "ghost delete-chat", "×");
+    drop.type = "button";
+    drop.title = drop.ariaLabel = "Delete this conversation";
+    drop.addEventListener("click", () => deleteChat(chat.id));
+    item.append(open, drop);
+    list.append(item);
+  }
 }
 
 // ---- API key: sessionStorage, or localStorage with "remember"; sent only as a header ----
@@ -117,12 +197,52 @@ function addReasoning(view) {
   view.root.prepend(view.details);
 }
 
+function renderMarkdown(node, text) {
+  node.innerHTML = DOMPurify.sanitize(markdown.parse(text));
+  for (const pre of node.querySelectorAll("pre")) {
+    const copy = el("button", "ghost copy", "Copy");
+    copy.type = "button";
+    copy.addEventListener("click", () => copyCode(copy, pre.querySelector("code") || pre));
+    pre.append(copy);
+  }
+}
+
+async function copyCode(button, code) {
+  try {
+    await navigator.clipboard.writeText(code.textContent);
+    button.textContent = "Copied";
+  } catch {
+    button.textContent = "Copy failed";
+  }
+  setTimeout(() => (button.textContent = "Copy"), 1500);
+}
+
+function addTools(message, view) {
+  const tools = el("div", "tools");
+  const index = state.messages.indexOf(message);
+  if (message.role === "user") {
+    const edit = el("button", "ghost edit", "Edit");
+    edit.type = "button";
+    edit.addEventListener("click", () => editFrom(index));
+    tools.append(edit);
+  } else if (index === state.messages.length - 1) {
+    const again = el("button", "ghost regenerate", "Regenerate");
+    again.type = "button";
+    again.addEventListener("click", regenerate);
+    tools.append(again);
+  }
+  view.root.append(tools);
+}
+
 function paint(message, live) {
   const view = views.get(message);
   if (!view) return;
   if (message.reasoning && !view.details) addReasoning(view);
   if (view.thoughts) view.thoughts.textContent = message.reasoning;
-  view.body.textContent = message.content;
+  if (message.role === "assistant") renderMarkdown(view.body, message.content);
+  else view.body.textContent = message.content;
+  view.root.querySelector(".tools")?.remove();
+  if (!live && !state.controller) addTools(message, view);
   view.meta.textContent = live || message.meta || "";
   view.meta.hidden = !view.meta.textContent;
   view.root.classList.toggle("streaming", Boolean(live));
@@ -202,6 +322,25 @@ function rate(n, ms) {
   return n > 0 && ms > 0 ? `${((n * 1000) / ms).toFixed(1)} tok/s` : "";
 }
 
+// Edit a user turn: its text goes back to the box and the conversation from it on is dropped.
+function editFrom(index) {
+  if (state.controller) return;
+  const text = state.messages[index].content;
+  state.messages.splice(index);
+  saveChats();
+  renderAll();
+  $("prompt").value = text;
+  $("prompt").focus();
+}
+
+function regenerate() {
+  if (state.controller || state.messages.at(-1)?.role !== "assistant") return;
+  state.messages.pop();
+  const user = state.messages.pop();
+  renderAll();
+  ask(user.content);
+}
+
 async function ask(text) {
   const user = { role: "user", content: text };
   state.messages.push(user);
@@ -209,12 +348,13 @@ async function ask(text) {
   const reply = { role: "assistant", content: "", reasoning: "" };
   state.messages.push(reply);
   $("empty").hidden = true;
+  for (const old of document.querySelectorAll(".regenerate")) old.remove();
+  const controller = new AbortController();
+  state.controller = controller;
   $("log").append(buildView(user).root, buildView(reply).root);
   scrollDown(true);
   showError("");
 
-  const controller = new AbortController();
-  state.controller = controller;
   setBusy(true);
   const live = { n: 0, first: 0, timings: null, finish: null };
   try {
@@ -223,6 +363,7 @@ async function ask(text) {
     });
     if (!response.ok) {
       const message = await errorText(response);
+      state.controller = null;
       state.messages.splice(-2); // nothing was said: take the turn back so it can be resent
       views.get(user).root.remove();
       views.get(reply).root.remove();
@@ -248,8 +389,11 @@ async function ask(text) {
   } finally {
     state.controller = null;
     setBusy(false);
-    paint(reply);
-    save(STORE.chat, state.messages);
+    if (views.get(reply)?.root.isConnected) {
+      paint(reply);
+      paint(user);
+    }
+    saveChats();
   }
 }
 
@@ -300,9 +444,12 @@ function loadSettings() {
 }
 
 function start() {
+  state.chats = loadChats();
+  state.messages = currentChat()?.messages || [];
   loadSettings();
   loadKey();
   renderAll();
+  renderChats();
   setBusy(false);
 
   $("composer").addEventListener("submit", (event) => {
@@ -320,13 +467,13 @@ function start() {
   });
   $("stop").addEventListener("click", () => state.controller?.abort());
   $("new-chat").addEventListener("click", () => {
-    state.controller?.abort();
-    state.messages = [];
-    save(STORE.chat, state.messages);
-    $("speed").textContent = "";
-    showError("");
-    renderAll();
+    startChat();
     $("prompt").focus();
+  });
+  $("chats-toggle").addEventListener("click", () => {
+    const open = $("chats").hidden;
+    $("chats").hidden = !open;
+    $("chats-toggle").setAttribute("aria-expanded", String(open));
   });
   $("settings-toggle").addEventListener("click", () => {
     const open = $("settings").hidden;
