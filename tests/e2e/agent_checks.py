@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import anthropic
 import jsonschema
 import openai
+import pydantic
 
 WEATHER = {
     "type": "object",
@@ -31,6 +32,7 @@ ANTHROPIC_TOOLS: list[Any] = [
     {"name": "get_weather", "description": "Weather forecast", "input_schema": WEATHER}
 ]
 ASK = "What is the weather in Oslo this week?"
+GREEDY: Any = {"temperature": 0}  # anthropic 2.x has no sampling arguments; the API still takes them
 
 
 def openai_client(url: str, key: str = "unused") -> openai.OpenAI:
@@ -55,11 +57,12 @@ def responses_create_and_stream(url: str, model: str) -> None:
         use is not None and use.input_tokens > 0 and use.total_tokens == use.input_tokens + use.output_tokens
     )
     assert use.output_tokens == 12 if whole.status == "incomplete" else use.output_tokens <= 12
-    kinds: list[str] = []
     with client.responses.stream(**kwargs) as stream:
-        for event in stream:
-            kinds.append(event.type)
-        final = stream.get_final_response()
+        events = list(stream)
+    kinds = [e.type for e in events]
+    # the last event has the whole response (the SDK's get_final_response wants a `completed` one,
+    # and a cut answer ends `incomplete`, as OpenAI's do)
+    final = events[-1].response  # type: ignore[union-attr]
     assert kinds[:2] == ["response.created", "response.in_progress"]
     assert kinds[-1] == f"response.{whole.status}" and "response.output_text.delta" in kinds
     assert final.output_text == whole.output_text  # greedy: the stream joins to the same answer
@@ -132,7 +135,7 @@ def responses_errors(url: str, model: str) -> None:
 def anthropic_create_stream_count(url: str, model: str) -> None:
     client = anthropic_client(url)
     messages: Any = [{"role": "user", "content": ASK}]
-    kwargs: Any = dict(model=model, max_tokens=10, messages=messages, system="Be brief.", temperature=0)
+    kwargs: Any = dict(model=model, max_tokens=10, messages=messages, system="Be brief.", extra_body=GREEDY)
     msg = client.messages.create(**kwargs)
     assert msg.type == "message" and msg.role == "assistant" and msg.content[0].type == "text"
     assert msg.stop_reason in ("end_turn", "max_tokens")
@@ -149,14 +152,14 @@ def anthropic_create_stream_count(url: str, model: str) -> None:
 def anthropic_stop_reasons(url: str, model: str) -> None:
     client = anthropic_client(url)
     messages: Any = [{"role": "user", "content": "Count: one two three"}]
-    long = client.messages.create(model=model, max_tokens=6, messages=messages, temperature=0)
+    long = client.messages.create(model=model, max_tokens=6, messages=messages, extra_body=GREEDY)
     assert long.stop_reason == "max_tokens" and long.usage.output_tokens == 6
     text = long.content[0].text  # type: ignore[union-attr]
     stop = text.strip()[-2:] if len(text.strip()) >= 3 else None
     if stop is None:
         return  # the weights ended the answer at once: nothing to stop on
     cut = client.messages.create(
-        model=model, max_tokens=6, messages=messages, temperature=0, stop_sequences=[stop]
+        model=model, max_tokens=6, messages=messages, extra_body=GREEDY, stop_sequences=[stop]
     )
     assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop, cut
     assert stop not in cut.content[0].text  # type: ignore[union-attr]
@@ -213,6 +216,10 @@ def anthropic_errors(url: str, model: str) -> None:
 # ---- the OpenAI Agents SDK, its default model (the Responses API) ----
 
 
+class Short(pydantic.BaseModel):
+    answer: str = pydantic.Field(max_length=12)
+
+
 def agents_run(url: str, model: str) -> None:
     from agents import (
         Agent,
@@ -224,16 +231,22 @@ def agents_run(url: str, model: str) -> None:
     )
 
     set_tracing_disabled(True)
-    set_default_openai_client(openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0))
+
+    def client() -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+
+    set_default_openai_client(client())
     seen: list[str] = []
 
-    @function_tool
-    def get_weather(city: str, days: int) -> str:
+    @function_tool  # bounded arguments: the grammar ends the call on any weights
+    def get_weather(
+        city: Annotated[str, pydantic.Field(max_length=12)], days: Annotated[int, pydantic.Field(ge=1, le=7)]
+    ) -> str:
         """Weather forecast for a city."""
         seen.append(city)
         return f"sunny in {city} for {days} days"
 
-    settings = ModelSettings(max_tokens=60, tool_choice="required", temperature=0)
+    settings = ModelSettings(max_tokens=200, tool_choice="required", temperature=0)
     agent = Agent(
         name="forecaster",
         instructions="Answer with the weather.",
@@ -244,16 +257,23 @@ def agents_run(url: str, model: str) -> None:
     )
     result = Runner.run_sync(agent, ASK, max_turns=2)
     assert seen and result.final_output.startswith(f"sunny in {seen[0]} for ")
+    # an answer in a bounded JSON schema (the SDK sends it as text.format): the grammar ends it, so
+    # the run completes on any weights (an answer cut by max_output_tokens is an error to the SDK)
     plain = Agent(
-        name="talker", instructions="Be brief.", model=model, model_settings=ModelSettings(max_tokens=8)
+        name="talker",
+        instructions="Be brief.",
+        model=model,
+        output_type=Short,
+        model_settings=ModelSettings(max_tokens=200),
     )
     answer = Runner.run_sync(plain, "Hello")
-    assert isinstance(answer.final_output, str) and answer.raw_responses[0].usage.output_tokens > 0
+    assert isinstance(answer.final_output, Short) and answer.raw_responses[0].usage.output_tokens > 0
 
     async def streamed() -> list[str]:
+        set_default_openai_client(client())  # a client of this event loop (run_sync had its own)
         run = Runner.run_streamed(plain, "Hello again")
         kinds = [e.type async for e in run.stream_events()]
-        assert isinstance(run.final_output, str)
+        assert isinstance(run.final_output, Short)
         return kinds
 
     assert "raw_response_event" in asyncio.run(streamed())

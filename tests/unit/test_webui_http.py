@@ -59,3 +59,17 @@ def test_no_webui_turns_the_page_off(tmp_path: Path) -> None:
             r = c.get(path)
             assert r.status_code == 404, path
             assert "content-security-policy" not in r.headers
+
+
+def test_markdown_libraries_are_vendored_pinned_and_served(tmp_path: Path) -> None:
+    """marked and DOMPurify ship in the package (no CDN) at the versions static/vendor/README.md pins."""
+    with _client(tmp_path) as c:
+        html = c.get("/").text
+        marked = c.get("/webui/vendor/marked.umd.js").text
+        purify = c.get("/webui/vendor/purify.min.js").text
+    assert "marked v18.2.1" in marked[:200] and "DOMPurify 3.4.18" in purify[:300]
+    order = [
+        html.index(f'src="/webui/{name}"')
+        for name in ("vendor/marked.umd.js", "vendor/purify.min.js", "app.js")
+    ]
+    assert order == sorted(order), "the libraries load before the page's script (defer keeps the order)"
