@@ -27,7 +27,7 @@ def model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def gateways(rabbitmq: Any, model: Path) -> Iterator[list[Gateway]]:
     """Two gateways (as behind a load balancer) and one worker."""
-    pair = [Gateway(rabbitmq, [model], "-c", "4096", "--default-max-tokens", "16") for _ in range(2)]
+    pair = [Gateway(rabbitmq, [model], "--default-max-tokens", "16") for _ in range(2)]
     workers: list[Proc] = [worker(rabbitmq, model, "-np", "2", "-c", "4096")]
     try:
         for g in pair:

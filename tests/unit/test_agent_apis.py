@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import anthropic
@@ -17,9 +16,9 @@ import pytest
 from fake_backend import FakeBackend
 
 from outpost.api.app import create_app
-from outpost.api.config import ServerConfig
 from outpost.api.response_store import ResponseStore
 from outpost.messages import QueueFull
+from outpost.settings import HttpSettings
 
 T = TypeVar("T")
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}\n</tool_call>'
@@ -29,19 +28,17 @@ A_TOOLS: list[Any] = [{"name": "get_weather", "input_schema": WEATHER}]
 
 
 @pytest.fixture()
-def config(tmp_path: Path) -> ServerConfig:
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    return ServerConfig(model_path=str(model), model_id="m")
+def config() -> HttpSettings:
+    return HttpSettings()
 
 
 def run(
     backend: FakeBackend,
-    config: ServerConfig,
+    config: HttpSettings,
     go: Callable[[openai.AsyncOpenAI, anthropic.AsyncAnthropic], Awaitable[T]],
 ) -> T:
     async def main() -> T:
-        app = create_app({"m": backend}, config)
+        app = create_app({"m": backend}, config, "m")
         http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://test")
         oa = openai.AsyncOpenAI(base_url="http://test/v1", api_key="k", http_client=http, max_retries=0)
         an = anthropic.AsyncAnthropic(base_url="http://test", api_key="k", http_client=http, max_retries=0)
@@ -55,7 +52,7 @@ def prompt_of(backend: FakeBackend, i: int = -1) -> str:
     return "".join(chr(t) for t in backend.submitted[i].prompt_tokens)
 
 
-def test_responses_reasoning_and_text_whole_and_streamed(config: ServerConfig) -> None:
+def test_responses_reasoning_and_text_whole_and_streamed(config: HttpSettings) -> None:
     backend = FakeBackend("<think>Two and two.</think>It is **4**.")
 
     async def go(oa: openai.AsyncOpenAI, _: Any) -> Any:
@@ -84,7 +81,7 @@ def test_responses_reasoning_and_text_whole_and_streamed(config: ServerConfig) -
     assert kinds[-1] == "response.completed"
 
 
-def test_responses_function_call_then_output_by_previous_response_id(config: ServerConfig) -> None:
+def test_responses_function_call_then_output_by_previous_response_id(config: HttpSettings) -> None:
     backend = FakeBackend(CALL, n_ctx_seq=4096)
 
     async def go(oa: openai.AsyncOpenAI, _: Any) -> Any:
@@ -114,7 +111,7 @@ def test_responses_function_call_then_output_by_previous_response_id(config: Ser
     assert "<tool_response>\nsunny, 21 C\n</tool_response>" in prompt
 
 
-def test_responses_json_schema_and_unserved_inputs(config: ServerConfig) -> None:
+def test_responses_json_schema_and_unserved_inputs(config: HttpSettings) -> None:
     backend = FakeBackend('{"city": "Oslo"}')
 
     async def go(oa: openai.AsyncOpenAI, _: Any) -> list[str]:
@@ -155,7 +152,7 @@ def test_response_store_is_bounded_by_count_and_age() -> None:
     assert store.get("b") is None and store.get("d") is None and len(store) == 0
 
 
-def test_anthropic_thinking_text_and_stream(config: ServerConfig) -> None:
+def test_anthropic_thinking_text_and_stream(config: HttpSettings) -> None:
     backend = FakeBackend("<think>Hmm.</think>Hello there")
 
     async def go(_: Any, an: anthropic.AsyncAnthropic) -> Any:
@@ -183,7 +180,7 @@ def test_anthropic_thinking_text_and_stream(config: ServerConfig) -> None:
     assert counted.input_tokens == msg.usage.input_tokens == len(prompt_of(backend, 0))
 
 
-def test_anthropic_tool_use_then_tool_result(config: ServerConfig) -> None:
+def test_anthropic_tool_use_then_tool_result(config: HttpSettings) -> None:
     backend = FakeBackend(CALL, n_ctx_seq=4096)
 
     async def go(_: Any, an: anthropic.AsyncAnthropic) -> Any:
@@ -208,7 +205,7 @@ def test_anthropic_tool_use_then_tool_result(config: ServerConfig) -> None:
     assert "<tool_response>\n21 C\n</tool_response>" in prompt_of(backend)
 
 
-def test_anthropic_errors_are_in_anthropics_envelope(config: ServerConfig) -> None:
+def test_anthropic_errors_are_in_anthropics_envelope(config: HttpSettings) -> None:
     backend = FakeBackend("x")
 
     async def go(_: Any, an: anthropic.AsyncAnthropic) -> list[Any]:
