@@ -10,6 +10,7 @@ from pathlib import Path
 import agent_checks as checks
 import anthropic
 import httpx
+import openai
 import pytest
 from server_harness import Server, start
 
@@ -42,8 +43,14 @@ def test_sdk(check, server: Server) -> None:  # type: ignore[no-untyped-def]
     check(server.url, MODEL)
 
 
-def test_anthropic_auth_and_version_header(tiny_model: Path) -> None:
-    with start(tiny_model, "-np", "1", "-c", "1024", "--api-key", KEY) as srv:
+def test_keys_version_header_and_a_store_of_one(tiny_model: Path) -> None:
+    with start(tiny_model, "-np", "1", "-c", "1024", "--api-key", KEY, "--responses-max", "1") as srv:
+        responses = checks.openai_client(srv.url, KEY).responses
+        first = responses.create(model=MODEL, input="hi", max_output_tokens=2)
+        second = responses.create(model=MODEL, input="hi", max_output_tokens=2)
+        assert responses.retrieve(second.id).id == second.id
+        with pytest.raises(openai.BadRequestError, match=first.id):  # --responses-max 1: evicted
+            responses.create(model=MODEL, input="more", previous_response_id=first.id, max_output_tokens=2)
         try:
             checks.anthropic_client(srv.url, "sk-wrong").messages.create(
                 model=MODEL, max_tokens=2, messages=[{"role": "user", "content": "hi"}]
