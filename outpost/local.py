@@ -89,6 +89,8 @@ class LocalBackend:
             f"{self.n_ctx_seq} positions per request, {_weights(model.config)}, {kv}, "
             f"{self.engine.prefill_budget.describe()}"
         )
+        if self.engine.kernels is not None:
+            serving += f"; auto kernels: {self.engine.kernels.describe()}"
         return {**model.describe(), "serving": serving}
 
     async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:

@@ -13,7 +13,8 @@ from typing import Any
 
 from outpost.core import EngineClient, EngineCore
 from outpost.engine.codec import LlamaCodec
-from outpost.engine.config import EngineConfig
+from outpost.engine.config import EngineConfig, with_probed_kernels
+from outpost.engine.kernel_probe import KernelChoice
 from outpost.engine.model import LoadedModel
 from outpost.engine.runner import ModelRunner
 from outpost.scheduler import Scheduler, SchedulerConfig
@@ -47,8 +48,11 @@ class Engine:
         idle_cache_cells: int = 0,
         prefill_budget: Asked | None = "auto",
     ) -> None:
+        self.kernels: KernelChoice | None = None
+
         def build() -> tuple[Scheduler, ModelRunner]:
-            self.model = LoadedModel(config)
+            probed, self.kernels = with_probed_kernels(config)
+            self.model = LoadedModel(probed)
             try:
                 self.runner = ModelRunner(self.model)
                 model = self.model

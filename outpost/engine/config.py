@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from outpost.engine.cpu_probe import WeightLayout, choose_layout
+from outpost.engine.kernel_probe import KernelChoice, kernel_choice
 
 
 def available_cpus() -> int:
@@ -30,6 +31,26 @@ def resolve_flash_attn(asked: str, n_gpu_layers: int) -> Literal["on", "off", "a
     if asked == "auto":
         return "off" if n_gpu_layers == 0 else "auto"
     return "on" if asked == "on" else "off"
+
+
+def with_probed_kernels(config: EngineConfig) -> tuple[EngineConfig, KernelChoice | None]:
+    """`config` with its `auto` flash attention, weight layout and KV layout decided by this
+    machine's kernel probe (kernel_probe.py); unchanged (and None) with GPU layers, with nothing
+    left on auto, or with the probe turned off."""
+    auto = [f for f in ("flash_attn", "repack", "kv_unified") if getattr(config, f) == "auto"]
+    if config.n_gpu_layers != 0 or not auto:
+        return config, None
+    choice = kernel_choice(config.model_path)
+    if choice is None:
+        return config, None
+    update: dict[str, str] = {}
+    if "flash_attn" in auto:
+        update["flash_attn"] = "on" if choice.flash_attn else "off"
+    if "repack" in auto and choice.layout == "plain":
+        update["repack"] = "off"  # "repacked" stays auto: cpu_probe.choose_layout's AMX rules
+    if "kv_unified" in auto and choice.kv_unified:
+        update["kv_unified"] = "on"  # a stream per slot stays auto: one pool for one slot or AMX
+    return config.model_copy(update=update), choice
 
 
 class EngineConfig(BaseModel):

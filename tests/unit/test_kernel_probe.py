@@ -1,0 +1,135 @@
+"""The kernel probe's decisions for every CPU family, from made-up rates (one machine shows one CPU),
+its cache, and how a choice lands in an EngineConfig. No real probe runs here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from outpost.engine import config as engine_config
+from outpost.engine import kernel_probe
+from outpost.engine.config import EngineConfig, with_probed_kernels
+from outpost.engine.kernel_probe import KernelChoice, Rates, cpu_family, decide
+
+INTEL = "vendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R)\nflags\t\t: fpu sse avx2 {extra}\n"
+AMD = "vendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx2 {extra}\n"
+ARM = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\n"
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "machine", "amx_works", "family"),
+    [
+        (INTEL.format(extra="avx512f amx_tile amx_int8"), "x86_64", False, "intel-amx-fault"),
+        (INTEL.format(extra="avx512f amx_tile amx_int8"), "x86_64", True, "intel-amx"),
+        (INTEL.format(extra="avx512f avx512_vnni"), "x86_64", None, "intel-avx512"),
+        (INTEL.format(extra="fma"), "x86_64", None, "intel-avx2"),
+        (AMD.format(extra="avx512f avx512bw"), "x86_64", None, "amd-avx512"),
+        (AMD.format(extra="fma"), "x86_64", None, "amd-avx2"),
+        (ARM, "aarch64", None, "arm"),
+        ("vendor_id\t: HygonGenuine\nflags\t\t: avx2\n", "x86_64", None, "other"),
+    ],
+)
+def test_cpu_family(cpuinfo: str, machine: str, amx_works: bool | None, family: str) -> None:
+    assert cpu_family(cpuinfo, machine, amx_works) == family
+
+
+def rates(default: tuple[float, float], **toggles: tuple[float, float]) -> dict[str, Rates]:
+    return {"default": Rates(*default), **{k: Rates(*v) for k, v in toggles.items()}}
+
+
+# (family, measured rates (x8, x1), expected (flash attention, layout, one KV pool)). The rates echo
+# what each family showed: the Intel VMs lost with flash attention at depth, the AMD EPYC won with it;
+# a lone sequence counts too (the geometric mean), and differences within MARGIN keep the default.
+CASES = [
+    # Intel whose AMX tiles fault: flash attention slower, CPU_REPACK alone beats plain weights.
+    ("intel-amx-fault", rates((283, 95), flash_attn=(236, 90), layout=(240, 88), kv_unified=(241, 96)), (False, "repacked", False)),  # noqa: E501
+    # Intel with working AMX: its repacked (AMX) layout far ahead, one pool no better.
+    ("intel-amx", rates((420, 160), flash_attn=(425, 158), layout=(250, 90), kv_unified=(400, 160)), (False, "repacked", False)),  # noqa: E501
+    # Intel AVX2: flash attention a little faster, but within the margin: the default stays.
+    ("intel-avx2", rates((300, 120), flash_attn=(306, 121), layout=(280, 118), kv_unified=(290, 119)), (False, "repacked", False)),  # noqa: E501
+    # AMD EPYC with AVX-512: flash attention clearly faster (383 vs 320 in llama-batched-bench).
+    ("amd-avx512", rates((320, 180), flash_attn=(383, 183), layout=(300, 170), kv_unified=(280, 181)), (True, "repacked", False)),  # noqa: E501
+    # AMD AVX2 (Zen 2/3): flash attention and the plain layout both measured faster: both taken.
+    ("amd-avx2", rates((300, 170), flash_attn=(350, 172), layout=(330, 185), kv_unified=(290, 171)), (True, "plain", False)),  # noqa: E501
+    # ARM: the plain layout must win by twice the margin (6% is not enough); one pool wins here.
+    ("arm", rates((200, 80), flash_attn=(190, 80), layout=(212, 85), kv_unified=(230, 84)), (False, "repacked", True)),  # noqa: E501
+    ("arm", rates((200, 80), flash_attn=(190, 80), layout=(240, 90), kv_unified=(200, 80)), (False, "plain", False)),  # noqa: E501
+]
+
+
+@pytest.mark.parametrize(("family", "measured", "expected"), CASES)
+def test_decide_per_family(family: str, measured: dict[str, Rates], expected: tuple[bool, str, bool]) -> None:
+    choice = decide(family, measured)  # type: ignore[arg-type]
+    assert (choice.flash_attn, choice.layout, choice.kv_unified) == expected
+    assert choice.family == family
+    assert "tok/s" in choice.why and "fa on" in choice.why  # the ready line says what it measured
+
+
+def test_a_lone_sequence_is_not_sacrificed_for_batches() -> None:
+    # +10% for 8 sequences but -20% for one: the geometric mean falls, the default stays.
+    choice = decide("amd-avx512", rates((300, 150), flash_attn=(330, 120)))
+    assert not choice.flash_attn
+
+
+@pytest.mark.parametrize("measured", [{}, {"default": Rates(0.0, 0.0)}, {"flash_attn": Rates(400, 200)}])
+def test_nothing_believable_keeps_the_defaults(measured: dict[str, Rates]) -> None:
+    choice = decide("amd-avx512", measured)
+    assert (choice.flash_attn, choice.layout, choice.kv_unified) == (False, "repacked", False)
+    assert "not measured" in choice.why
+
+
+def test_choice_is_cached_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("OUTPOST_HOME", str(tmp_path))
+    monkeypatch.setenv("OUTPOST_KERNEL_PROBE", "on")
+    monkeypatch.setattr(kernel_probe, "this_cpu_family", lambda: "amd-avx512")
+    runs: list[str] = []
+
+    def fake_probe(model_path: str, family: str) -> dict[str, Rates]:
+        runs.append(model_path)
+        return rates((320, 180), flash_attn=(383, 183))
+
+    monkeypatch.setattr(kernel_probe, "_run_probe", fake_probe)
+    kernel_probe.kernel_choice.cache_clear()
+    try:
+        assert kernel_probe.kernel_choice("a.gguf") is not None
+        kernel_probe.kernel_choice.cache_clear()  # a new process: reads the file, no new probe
+        cached = kernel_probe.kernel_choice("b.gguf")
+        assert cached is not None and cached.flash_attn and runs == ["a.gguf"]
+        saved = json.loads((tmp_path / "probe" / "kernels.json").read_text())
+        assert saved["rates"]["flash_attn"]["many"] == 383
+        saved["key"] = "another CPU"
+        (tmp_path / "probe" / "kernels.json").write_text(json.dumps(saved))
+        kernel_probe.kernel_choice.cache_clear()
+        kernel_probe.kernel_choice("c.gguf")
+        assert runs == ["a.gguf", "c.gguf"]  # another machine's answer is not reused
+        monkeypatch.setenv("OUTPOST_KERNEL_PROBE", "off")
+        kernel_probe.kernel_choice.cache_clear()
+        assert kernel_probe.kernel_choice("d.gguf") is None
+    finally:
+        kernel_probe.kernel_choice.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("choice", "asked", "expected"),
+    [
+        (KernelChoice(True, "plain", True, "amd-avx2", "x"), {}, ("on", "off", "on")),
+        (KernelChoice(False, "repacked", False, "intel-avx2", "x"), {}, ("off", "auto", "auto")),
+        # What the user set explicitly stays as set.
+        (KernelChoice(True, "plain", True, "amd-avx2", "x"), {"flash_attn": "off", "repack": "on"}, ("off", "on", "on")),  # noqa: E501
+    ],
+)
+def test_choice_applies_to_auto_settings_only(
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_model: Path,
+    choice: KernelChoice,
+    asked: dict[str, str],
+    expected: tuple[str, str, str],
+) -> None:
+    monkeypatch.setattr(engine_config, "kernel_choice", lambda path: choice)
+    cfg, got = with_probed_kernels(EngineConfig(model_path=str(tiny_model), **asked))  # type: ignore[arg-type]
+    assert got is choice
+    assert (cfg.flash_attn, cfg.repack, cfg.kv_unified) == expected
+    gpu, none = with_probed_kernels(EngineConfig(model_path=str(tiny_model), n_gpu_layers=-1))
+    assert none is None and gpu.flash_attn == "auto"  # GPU layers: llama.cpp's own auto
