@@ -17,7 +17,7 @@ def _outpost_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("outpost-home")
     os.environ["OUTPOST_HOME"] = str(home)
     # The kernel probe times this machine's decode to choose `auto` kernels: tests keep the fixed
-    # defaults (their results must not follow the machine's speed); test_kernel_probe runs it.
+    # defaults (their results must not follow the machine's speed); test_engine_kernel_probe runs it.
     os.environ["OUTPOST_KERNEL_PROBE"] = "off"
     return home
 

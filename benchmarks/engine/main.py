@@ -43,7 +43,7 @@ from harness.common import (
     log,
     same_weight_layout_for_llama_cpp_python,
 )
-from outpost.engine.config import EngineConfig
+from outpost.engine.config import EngineConfig, with_probed_kernels
 from outpost.engine.hugepages import environ_without_hugepages, hugepages_enabled, reexec_with_hugepages
 from outpost.messages import GenerateRequest, SamplingParams
 from outpost.runtime import Engine
@@ -149,12 +149,22 @@ def llama_bench_decode(
 
 
 def llama_batched_bench(
-    binary: str, model: Path, threads: int, depth: int, n: int, fa: str, layout: str, env: dict[str, str]
+    binary: str,
+    model: Path,
+    threads: int,
+    depth: int,
+    n: int,
+    fa: str,
+    layout: str,
+    env: dict[str, str],
+    unified: bool = False,
 ) -> dict[str, float] | None:
-    """llama.cpp's own aggregate decode tok/s at 1, 2, 4, 8 sequences (its S_TG), same depth."""
+    """llama.cpp's own aggregate decode tok/s at 1, 2, 4, 8 sequences (its S_TG), same depth; a KV
+    stream per sequence (its default) or one pool (-kvu), as Outpost's run it is compared with."""
     cmd = [binary, "-m", str(model), "-t", str(threads), "-tb", str(threads), "-c", str(BATCHED_KV_CELLS)]
     cmd += ["-b", "512", "-ub", "512", "-npp", str(depth), "-ntg", str(n), "-npl", "1,2,4,8", "-fa", fa]
     cmd += ["--repack" if layout == "repacked" else "--no-repack", "--output-format", "jsonl"]
+    cmd += ["-kvu"] if unified else []
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     if proc.returncode != 0:
         log(f"llama-batched-bench failed: {proc.stderr.strip()[-300:]}")
@@ -235,14 +245,30 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
             flash_attn=args.flash_attn,
         )  # fmt: skip
 
+    # The engine as users run it (`auto`: the kernel probe's choice on this machine); every other
+    # run, ours and the baselines', gets the flash attention it resolved to.
+    batched_config, kernels = with_probed_kernels(config(8, BATCHED_KV_CELLS))
+    args = argparse.Namespace(**{**vars(args), "flash_attn": batched_config.effective_flash_attn})
+    log(f"  {shape}: kernels {kernels.describe() if kernels else 'as asked'}")
     single_config = config(1, kv_cells)
+    if args.batched_only:
+        with Engine(single_config, prefix_cache=False) as engine:
+            prompt = make_prompt(engine, args.depth)
+            ours = [outpost_decode(engine, prompt, args.tokens) for _ in range(args.single_repeats)]
+        batched = batched_side_by_side(shape, model, args, batched_config)
+        single = statistics.median(ours)
+        return {
+            "single_tok_s": round(single, 2),
+            "kernels": kernels.describe() if kernels else None,
+            **batched,
+            "batched_8_over_single": round(batched["batched_tok_s"]["8"] / single, 3),
+        }
     ours, theirs, bench_runs = single_stream_side_by_side(shape, model, args, single_config)
     with Engine(config(1, SERVING_KV_CELLS), prefix_cache=False) as engine:
         prompt = make_prompt(engine, args.depth)
         ours_big_kv = median_of(args.repeats, lambda: outpost_decode(engine, prompt, args.tokens))
         prefill = median_of(args.repeats, lambda: outpost_prefill(engine, args.prefill_tokens))
         weight_bytes = engine.model.describe()["size_bytes"]
-    batched_config = config(8, BATCHED_KV_CELLS)
     batched = batched_side_by_side(shape, model, args, batched_config)
     llama_bench = statistics.median(bench_runs) if bench_runs else None
     single = statistics.median(ours)
@@ -255,6 +281,7 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
         "ratio_vs_llama_bench": None if llama_bench is None else round(single / llama_bench, 3),
         "kv_cells": kv_cells,
         f"single_tok_s_kv{SERVING_KV_CELLS}": round(ours_big_kv, 2),
+        "kernels": kernels.describe() if kernels else None,
         **batched,
         "batched_8_over_single": round(batched["batched_tok_s"]["8"] / single, 3),
         "prefill_tok_s": round(prefill, 2),
@@ -268,28 +295,59 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
 def batched_side_by_side(
     shape: str, model: Path, args: argparse.Namespace, config: EngineConfig
 ) -> dict[str, Any]:
-    """Aggregate decode at 1, 2, 4, 8 sequences with one KV pool (the default) and with a stream
-    per slot (-kvu off), prefill with 8 slots, and llama-batched-bench (streams, its default)."""
-    results: dict[str, Any] = {}
-    for key, kv_unified in (("batched_tok_s", "on"), ("batched_tok_s_kv_per_slot", "off")):
-        with Engine(config.model_copy(update={"kv_unified": kv_unified}), prefix_cache=False) as engine:
-            rates = {str(k): round(outpost_parallel(engine, args.depth, args.tokens, k), 2) for k in PARALLEL}
-            if kv_unified == "on":
-                prefill = median_of(args.repeats, lambda: outpost_prefill(engine, args.prefill_tokens))
-                results["prefill_tok_s_8_slots"] = round(prefill, 2)
-        log(f"  {shape} {key}: {rates}")
-        results[key] = rates
-    results["batched_8_over_1"] = round(results["batched_tok_s"]["8"] / results["batched_tok_s"]["1"], 3)
+    """Aggregate decode at 1, 2, 4, 8 sequences as users run the engine (its `auto` kernels: the
+    kernel probe's choice here), and llama-batched-bench with the same flash attention, KV layout
+    (-kvu where Outpost runs one pool) and KV size, round by round in turn (--batched-rounds;
+    medians: this machine is shared); then once with the other KV layout, and prefill with 8 slots."""
     binary = os.environ.get("LLAMA_BATCHED_BENCH")
-    theirs = None
-    if binary:
-        theirs = llama_batched_bench(
-            binary, model, args.threads, args.depth, args.tokens, args.flash_attn, config.weight_layout,
-            args.baseline_env,
-        )  # fmt: skip
-        log(f"  {shape} llama-batched-bench: {theirs}")
-    results["llama_batched_bench_tok_s"] = theirs
+    fa = config.effective_flash_attn
+    ours: list[dict[str, float]] = []
+    theirs: list[dict[str, float]] = []
+    results: dict[str, Any] = {}
+    with Engine(config, prefix_cache=False) as engine:
+        unified = engine.model.kv_unified
+        for r in range(args.batched_rounds):
+            for side in ("outpost", "llama") if r % 2 == 0 else ("llama", "outpost"):
+                if side == "outpost":
+                    ours.append(
+                        {str(k): outpost_parallel(engine, args.depth, args.tokens, k) for k in PARALLEL}
+                    )
+                    log(f"  {shape} round {r + 1} outpost: {_rounded(ours[-1])}")
+                elif binary:
+                    got = llama_batched_bench(
+                        binary, model, args.threads, args.depth, args.tokens, fa, config.weight_layout,
+                        args.baseline_env, unified,
+                    )  # fmt: skip
+                    if got is not None:
+                        theirs.append(got)
+                        log(f"  {shape} round {r + 1} llama-batched-bench: {got}")
+        prefill = median_of(args.repeats, lambda: outpost_prefill(engine, args.prefill_tokens))
+        results["prefill_tok_s_8_slots"] = round(prefill, 2)
+    other = "off" if unified else "on"
+    with Engine(config.model_copy(update={"kv_unified": other}), prefix_cache=False) as engine:
+        rates = {str(k): round(outpost_parallel(engine, args.depth, args.tokens, k), 2) for k in PARALLEL}
+    log(f"  {shape} the other KV layout (-kvu {other}): {rates}")
+    results["batched_tok_s"] = _medians(ours)
+    results["batched_tok_s_rounds"] = [_rounded(r) for r in ours]
+    results["batched_kv_unified"] = unified
+    results["batched_flash_attn"] = fa
+    results["batched_tok_s_kv_pool" if other == "on" else "batched_tok_s_kv_per_slot"] = rates
+    results["batched_8_over_1"] = round(results["batched_tok_s"]["8"] / results["batched_tok_s"]["1"], 3)
+    results["llama_batched_bench_tok_s"] = _medians(theirs) if theirs else None
+    results["llama_batched_bench_rounds"] = theirs
+    if theirs:
+        results["batched_8_vs_llama_batched_bench"] = round(
+            results["batched_tok_s"]["8"] / results["llama_batched_bench_tok_s"]["8"], 3
+        )
     return results
+
+
+def _medians(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {k: round(statistics.median(r[k] for r in rounds), 2) for k in rounds[0]}
+
+
+def _rounded(rates: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 1) for k, v in rates.items()}
 
 
 def single_stream_side_by_side(
@@ -338,7 +396,18 @@ def main() -> None:
         "--single-repeats", type=int, default=15,
         help="rounds of the side-by-side single-stream runs (cheap; single runs drift ~10%% here)",
     )  # fmt: skip
-    parser.add_argument("--flash-attn", choices=["on", "off"], default="off")
+    parser.add_argument(
+        "--flash-attn", choices=["auto", "on", "off"], default="auto",
+        help="auto (default): what the engine's kernel probe chose on this machine, for every engine",
+    )  # fmt: skip
+    parser.add_argument(
+        "--batched-rounds", type=int, default=3,
+        help="rounds of Outpost's and llama-batched-bench's batched decode, in turn (medians)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--batched-only", action="store_true",
+        help="only the batched comparison (and Outpost's single stream it is divided by)",
+    )  # fmt: skip
     parser.add_argument(
         "--baseline-hugepages", action="store_true",
         help="give llama-cpp-python and llama.cpp's tools the huge pages Outpost runs on (default: "

@@ -138,14 +138,13 @@ def decide(family: CpuFamily, measured: dict[str, Rates]) -> KernelChoice:
         gain = rates.score / base.score - 1.0
         if gain > margin:
             chosen[key] = getattr(variant, key)
-        notes.append(f"{_short(key, getattr(variant, key))} {gain:+.0%}")
+        notes.append(f"{_TOGGLE_NAMES[key]} {gain:+.0%}")
     layout: Layout = "plain" if chosen["layout"] == "plain" else "repacked"
     why = f"measured {base.many:.0f} tok/s x{PROBE_SEQS}, {base.one:.0f} x1 by default; " + ", ".join(notes)
     return KernelChoice(bool(chosen["flash_attn"]), layout, bool(chosen["kv_unified"]), family, why)
 
 
-def _short(key: str, value: object) -> str:
-    return {"flash_attn": "fa on", "layout": "plain weights", "kv_unified": "one KV pool"}[key] if value else key
+_TOGGLE_NAMES = {"flash_attn": "fa on", "layout": "plain weights", "kv_unified": "one KV pool"}
 
 
 def this_cpu_family() -> CpuFamily:
@@ -187,7 +186,8 @@ def kernel_choice(model_path: str) -> KernelChoice | None:
 def _run_probe(model_path: str, family: CpuFamily) -> dict[str, Rates]:
     """The child's rates; {} when it fails or times out (then `decide` keeps the defaults)."""
     del family  # the child's layouts follow cpu_probe.choose_layout, which knows the family too
-    cmd = [sys.executable, "-m", "outpost.engine.kernel_probe_child", model_path]
+    shape = [str(n) for n in (PROBE_SEQS, PROBE_DEPTH, PROBE_STEPS, PROBE_ROUNDS)]
+    cmd = [sys.executable, "-m", "outpost.engine.kernel_probe_child", model_path, *shape]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:

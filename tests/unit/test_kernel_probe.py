@@ -44,18 +44,46 @@ def rates(default: tuple[float, float], **toggles: tuple[float, float]) -> dict[
 # a lone sequence counts too (the geometric mean), and differences within MARGIN keep the default.
 CASES = [
     # Intel whose AMX tiles fault: flash attention slower, CPU_REPACK alone beats plain weights.
-    ("intel-amx-fault", rates((283, 95), flash_attn=(236, 90), layout=(240, 88), kv_unified=(241, 96)), (False, "repacked", False)),  # noqa: E501
+    (
+        "intel-amx-fault",
+        rates((283, 95), flash_attn=(236, 90), layout=(240, 88), kv_unified=(241, 96)),
+        (False, "repacked", False),
+    ),
     # Intel with working AMX: its repacked (AMX) layout far ahead, one pool no better.
-    ("intel-amx", rates((420, 160), flash_attn=(425, 158), layout=(250, 90), kv_unified=(400, 160)), (False, "repacked", False)),  # noqa: E501
+    (
+        "intel-amx",
+        rates((420, 160), flash_attn=(425, 158), layout=(250, 90), kv_unified=(400, 160)),
+        (False, "repacked", False),
+    ),
     # Intel AVX2: flash attention a little faster, but within the margin: the default stays.
-    ("intel-avx2", rates((300, 120), flash_attn=(306, 121), layout=(280, 118), kv_unified=(290, 119)), (False, "repacked", False)),  # noqa: E501
+    (
+        "intel-avx2",
+        rates((300, 120), flash_attn=(306, 121), layout=(280, 118), kv_unified=(290, 119)),
+        (False, "repacked", False),
+    ),
     # AMD EPYC with AVX-512: flash attention clearly faster (383 vs 320 in llama-batched-bench).
-    ("amd-avx512", rates((320, 180), flash_attn=(383, 183), layout=(300, 170), kv_unified=(280, 181)), (True, "repacked", False)),  # noqa: E501
+    (
+        "amd-avx512",
+        rates((320, 180), flash_attn=(383, 183), layout=(300, 170), kv_unified=(280, 181)),
+        (True, "repacked", False),
+    ),
     # AMD AVX2 (Zen 2/3): flash attention and the plain layout both measured faster: both taken.
-    ("amd-avx2", rates((300, 170), flash_attn=(350, 172), layout=(330, 185), kv_unified=(290, 171)), (True, "plain", False)),  # noqa: E501
+    (
+        "amd-avx2",
+        rates((300, 170), flash_attn=(350, 172), layout=(330, 185), kv_unified=(290, 171)),
+        (True, "plain", False),
+    ),
     # ARM: the plain layout must win by twice the margin (6% is not enough); one pool wins here.
-    ("arm", rates((200, 80), flash_attn=(190, 80), layout=(212, 85), kv_unified=(230, 84)), (False, "repacked", True)),  # noqa: E501
-    ("arm", rates((200, 80), flash_attn=(190, 80), layout=(240, 90), kv_unified=(200, 80)), (False, "plain", False)),  # noqa: E501
+    (
+        "arm",
+        rates((200, 80), flash_attn=(190, 80), layout=(212, 85), kv_unified=(230, 84)),
+        (False, "repacked", True),
+    ),
+    (
+        "arm",
+        rates((200, 80), flash_attn=(190, 80), layout=(240, 90), kv_unified=(200, 80)),
+        (False, "plain", False),
+    ),
 ]
 
 
@@ -117,7 +145,11 @@ def test_choice_is_cached_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_path:
         (KernelChoice(True, "plain", True, "amd-avx2", "x"), {}, ("on", "off", "on")),
         (KernelChoice(False, "repacked", False, "intel-avx2", "x"), {}, ("off", "auto", "auto")),
         # What the user set explicitly stays as set.
-        (KernelChoice(True, "plain", True, "amd-avx2", "x"), {"flash_attn": "off", "repack": "on"}, ("off", "on", "on")),  # noqa: E501
+        (
+            KernelChoice(True, "plain", True, "amd-avx2", "x"),
+            {"flash_attn": "off", "repack": "on"},
+            ("off", "on", "on"),
+        ),
     ],
 )
 def test_choice_applies_to_auto_settings_only(
