@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from outpost.engine.cpu_probe import WeightLayout, choose_layout
+from outpost.engine.cpu_probe import ONE_TOKEN_MAX_SLOTS, WeightLayout, choose_layout
 from outpost.engine.kernel_probe import KernelChoice, kernel_choice
 
 
@@ -46,8 +46,11 @@ def with_probed_kernels(config: EngineConfig) -> tuple[EngineConfig, KernelChoic
     update: dict[str, str] = {}
     if "flash_attn" in auto:
         update["flash_attn"] = "on" if choice.flash_attn else "off"
-    if "repack" in auto and choice.layout == "plain":
-        update["repack"] = "off"  # "repacked" stays auto: cpu_probe.choose_layout's AMX rules
+    # "repacked" stays auto: cpu_probe.choose_layout's AMX rules. The probe compared layouts for
+    # many slots; AMX's one-token layout for 1-2 slots (where its tiles fault) is not its question.
+    one_token = choice.family == "intel-amx-fault" and config.n_seq_max <= ONE_TOKEN_MAX_SLOTS
+    if "repack" in auto and choice.layout == "plain" and not one_token:
+        update["repack"] = "off"
     if "kv_unified" in auto and choice.kv_unified:
         update["kv_unified"] = "on"  # a stream per slot stays auto: one pool for one slot or AMX
     return config.model_copy(update=update), choice

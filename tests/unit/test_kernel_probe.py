@@ -163,5 +163,10 @@ def test_choice_applies_to_auto_settings_only(
     cfg, got = with_probed_kernels(EngineConfig(model_path=str(tiny_model), **asked))  # type: ignore[arg-type]
     assert got is choice
     assert (cfg.flash_attn, cfg.repack, cfg.kv_unified) == expected
+    amx_fault = KernelChoice(False, "plain", False, "intel-amx-fault", "x")
+    monkeypatch.setattr(engine_config, "kernel_choice", lambda path: amx_fault)
+    one_token, _ = with_probed_kernels(EngineConfig(model_path=str(tiny_model), n_seq_max=1))
+    assert one_token.repack == "auto"  # AMX's one-token layout for one slot is not the probe's call
+    assert with_probed_kernels(EngineConfig(model_path=str(tiny_model), n_seq_max=8))[0].repack == "off"
     gpu, none = with_probed_kernels(EngineConfig(model_path=str(tiny_model), n_gpu_layers=-1))
     assert none is None and gpu.flash_attn == "auto"  # GPU layers: llama.cpp's own auto
