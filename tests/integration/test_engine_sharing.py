@@ -5,8 +5,9 @@ admitted computes it; the others wait for its KV, copy the shared prefix (tagged
 a copied stream with a stream per slot) and evaluate only their own tails. Their tokens must be
 those of a run with the prefix cache off: identical, except that a stream may part from it at a
 near-tie. A shared prefix sits elsewhere in the KV pool than an own copy would, so attention sums
-the same products in another order; on AVX2 that gave bit-identical logits, on AVX-512 (AMD EPYC)
-a random-weight model's top two logits are sometimes close enough for that rounding to swap them.
+the same products in another order; on the Intel Xeons that gave bit-identical logits, on an AMD
+EPYC (Zen 3, AVX2) a random-weight model's top two logits were close enough for that rounding to
+swap them.
 
 The engine thread is held on a job while the requests are submitted, so all of them are queued
 before its first step, whatever the machine's speed.
