@@ -43,6 +43,35 @@ class SamplingParams:
     n_probs: int = -1  # -1: no logprobs; 0: the sampled token's logprob; N: plus the top N
 
 
+SPEC_TYPES = ("none", "ngram-simple", "ngram-mod", "draft")
+
+
+@dataclass(frozen=True)
+class SpecParams:
+    """One request's speculative decoding, with llama-server's names (`speculative.type`, ...).
+
+    type: how drafts are made: none, ngram-simple / ngram-mod (looked up in the request's own
+    tokens, no extra model) or draft (the server's draft model, `-md`). n_max / n_min: the most
+    draft tokens one step verifies, and the fewest worth verifying (shorter drafts are dropped).
+    """
+
+    type: str = "none"
+    n_max: int = 16
+    n_min: int = 0
+
+    def __post_init__(self) -> None:
+        if self.type not in SPEC_TYPES:
+            raise ValueError(f"speculative type must be one of {', '.join(SPEC_TYPES)} (got {self.type!r})")
+        if not 0 <= self.n_min <= self.n_max <= 256:
+            raise ValueError(
+                f"speculative n_min/n_max must satisfy 0 <= n_min <= n_max <= 256 (got {self.n_min}/{self.n_max})"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.type != "none" and self.n_max > 0
+
+
 @dataclass
 class GenerateRequest:
     """A validated, tokenized request: everything the engine needs and nothing HTTP-specific."""
@@ -59,6 +88,8 @@ class GenerateRequest:
     # output the client already has. They count against max_tokens (the answer's whole budget)
     # and prime the stop-string and UTF-8 hold-back, so the text goes on as if never interrupted.
     n_resumed: int = 0
+    # Speculative decoding for this request; None: the engine's default (serve's --spec-type).
+    speculative: SpecParams | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +111,8 @@ class Timings:
     predicted_ms: float = 0.0
     cache_n: int = 0  # prompt tokens reused from the KV cache
     queue_ms: float = 0.0
+    draft_n: int = 0  # draft tokens verified (speculative decoding)
+    draft_n_accepted: int = 0  # of which the target model accepted
 
     @property
     def prompt_per_second(self) -> float:
@@ -99,7 +132,15 @@ class Timings:
             "predicted_per_second": self.predicted_per_second,
             "cache_n": self.cache_n,
             "queue_ms": self.queue_ms,
+            **self.draft_dict(),
         }
+
+    def draft_dict(self) -> dict[str, float | int]:
+        """llama-server's draft fields, present only where the request speculated (as there)."""
+        if not self.draft_n:
+            return {}
+        rate = self.draft_n_accepted / self.draft_n
+        return {"draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted, "draft_acceptance": rate}
 
 
 @dataclass

@@ -6,7 +6,9 @@ the scheduler cannot honour, with messages that say which value to change and ho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from outpost.messages import SpecParams
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,11 @@ class SchedulerConfig:
     copy_min_tokens: the shortest prefix copied from another slot rather than recomputed. With a
         stream per slot a copy moves the whole stream (n_ctx_seq cells), so short prefixes are
         cheaper to evaluate again; in one pool a copy only tags cells (1).
+    speculative: the speculative decoding a request gets unless it asks otherwise
+        (`GenerateRequest.speculative`; see speculation.py).
+    spec_token_cost: what one more token adds to a step, relative to a one-token decode step
+        (the engine measures it at start): the price a draft token must be expected to repay.
+    draft_model: a draft model is loaded (requests may use the `draft` type).
     """
 
     n_slots: int = 4
@@ -51,6 +58,9 @@ class SchedulerConfig:
     idle_cache_cells: int = 0
     shared_kv: bool = True
     copy_min_tokens: int = 1
+    speculative: SpecParams = field(default_factory=SpecParams)
+    spec_token_cost: float = 0.15
+    draft_model: bool = False
 
     def __post_init__(self) -> None:
         if self.n_slots < 1:
@@ -67,6 +77,10 @@ class SchedulerConfig:
             raise ValueError(f"prefill_budget must be at least 1 token (got {self.prefill_budget})")
         if self.copy_min_tokens < 1:
             raise ValueError(f"copy_min_tokens must be at least 1 (got {self.copy_min_tokens})")
+        if not 0.0 < self.spec_token_cost:
+            raise ValueError(f"spec_token_cost must be above 0 (got {self.spec_token_cost})")
+        if self.speculative.type == "draft" and not self.draft_model:
+            raise ValueError("speculative type 'draft' needs a draft model (-md/--model-draft)")
         if self.idle_cache_cells < 0:
             raise ValueError(f"idle_cache_cells must be 0 or more (got {self.idle_cache_cells})")
         if self.max_queue < 0:

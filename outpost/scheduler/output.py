@@ -58,12 +58,30 @@ class BatchChunk:
 
     `sample`: the last token's logits are wanted and the runner samples one token from them with
     the sequence's chain (a decode token, or the final chunk of a prompt).
+
+    `n_draft` > 0 (speculative decoding): the last n_draft tokens are a draft to verify. The runner
+    samples at each of the last n_draft + 1 positions in order with the chain, and stops after
+    the first sampled token that differs from the draft token after it (or after the last
+    position): `RunnerOutput.runs` gets the accepted draft tokens and that one.
     """
 
     seq_id: int
     tokens: list[int]
     start_pos: int
     sample: bool
+    n_draft: int = 0
+
+
+@dataclass(frozen=True)
+class DraftAsk:
+    """Draft up to `n_max` tokens for `seq_id` once this step's tokens are sampled (the draft
+    model, which the runner drives): `history` is the request's tokens before this step's output
+    (the runner appends what it samples), and the draft continues after the last of them."""
+
+    seq_id: int
+    request_id: str
+    history: list[int]
+    n_max: int
 
 
 @dataclass
@@ -76,6 +94,7 @@ class SchedulerOutput:
     # Requests that ended: their chains may be freed (before this step's setups: an id may be reused).
     sampler_drops: list[str] = field(default_factory=list)
     chunks: list[BatchChunk] = field(default_factory=list)
+    draft_asks: list[DraftAsk] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -107,3 +126,6 @@ class RunnerOutput:
     sampled: dict[int, SampledToken] = field(default_factory=dict)  # seq_id -> token
     decode_status: int = 0
     error: str | None = None
+    # Chunks with a draft: seq_id -> the accepted draft tokens, then the token sampled after them.
+    runs: dict[int, list[SampledToken]] = field(default_factory=dict)
+    drafts: dict[int, list[int]] = field(default_factory=dict)  # answers to DraftAsks, by seq_id

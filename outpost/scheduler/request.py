@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from outpost.messages import FinishReason, GenerateRequest, RequestRejected, Timings, TokenEvent
 from outpost.scheduler.slots import Slot
+from outpost.scheduler.speculation import SpecState
 from outpost.scheduler.textstream import TextStream
 
 
@@ -47,6 +48,7 @@ class RequestState:
     scheduled_at: float | None = None  # first step with one of its chunks
     first_token_at: float | None = None
     last_token_at: float | None = None
+    spec: SpecState | None = None  # speculative decoding, if the request uses it
 
     @classmethod
     def new(cls, req: GenerateRequest, token_piece: Callable[[int], bytes] | None = None) -> RequestState:

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from collections import deque
 
-from outpost.messages import FinishReason, TokenEvent
+from outpost.messages import FinishReason, RequestRejected, TokenEvent
 from outpost.scheduler.config import SchedulerConfig
+from outpost.scheduler.drafters import Drafter, make_drafter
 from outpost.scheduler.output import MemoryOp, SamplerSetup, SchedulerOutput, SeqRemove
 from outpost.scheduler.pool import SlotPool
 from outpost.scheduler.request import RequestState
 from outpost.scheduler.slots import Slot
+from outpost.scheduler.speculation import SpecState
 
 
 class Residency:
@@ -44,6 +46,9 @@ class Residency:
         self._kv_limit = config.n_ctx
         self._n_deadlines = 0  # live requests with a deadline: no deadline, no scan
         self._n_awaiting = 0  # running requests awaiting a prefix another computes (sharing.py)
+        self._n_spec = 0  # live requests that speculate: none, and the decode step skips it all
+        # The n-gram drafters, one of each type, made when a request first asks for it.
+        self._drafters: dict[str, Drafter] = {}
 
     # ---- leaving a slot ----------------------------------------------------------------------
 
@@ -71,6 +76,11 @@ class Residency:
             self._waiting.remove(state)
         del self._live[state.request_id]
         self._drops.append(state.request_id)
+        if state.spec is not None:
+            self._n_spec -= 1
+            drafter = self._drafters.get(state.spec.params.type)
+            if drafter is not None:
+                drafter.end(state.request_id)
         if state.req.deadline is not None:
             self._n_deadlines -= 1
         return state.final_event(reason, now, token_ids or [], text, error)
@@ -85,6 +95,8 @@ class Residency:
             self._release(state)
         self._running.remove(state)
         state.prefilled = False
+        if state.spec is not None:
+            state.spec.draft = []  # it continued a history whose KV is gone
         self._waiting.appendleft(state)
 
     def _release(self, state: RequestState) -> None:
@@ -154,3 +166,21 @@ class Residency:
         error = f"no KV cells for this request even alone: is n_ctx={self.config.n_ctx} right?"
         state = self._running[0]
         events.append(self._finish(state, FinishReason.ERROR, now, error=error, flush=True, clear_kv=True))
+
+    # ---- speculative decoding ------------------------------------------------------------------
+
+    def _start_spec(self, state: RequestState) -> None:
+        """Gives a new request its speculation, if it (or the engine's default) asks for one."""
+        params = state.req.speculative or self.config.speculative
+        if not params.enabled:
+            return
+        if params.type == "draft" and not self.config.draft_model:
+            raise RequestRejected("speculative type 'draft' needs a server started with a draft model (-md)")
+        state.spec = SpecState(params)
+        self._n_spec += 1
+        if params.type not in self._drafters:
+            drafter = make_drafter(params.type)
+            if drafter is None:
+                return
+            self._drafters[params.type] = drafter
+        self._drafters[params.type].begin(state.request_id, state.tokens)

@@ -20,11 +20,20 @@ from collections.abc import Callable
 
 from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
 from outpost.scheduler.config import SchedulerConfig
-from outpost.scheduler.output import BatchChunk, RunnerOutput, SampledToken, SamplerSetup, SchedulerOutput
+from outpost.scheduler.output import (
+    BatchChunk,
+    DraftAsk,
+    RunnerOutput,
+    SampledToken,
+    SamplerSetup,
+    SchedulerOutput,
+    SeqRemove,
+)
 from outpost.scheduler.pool import PrefixPlan
 from outpost.scheduler.request import RequestState, check_admissible
 from outpost.scheduler.residency import Residency
 from outpost.scheduler.sharing import next_move, source_to_await
+from outpost.scheduler.spec_batch import add_drafts, draft_asks
 
 # With a KV stream per slot, a gap between busy slots that lasts this many steps with nothing
 # waiting is closed by moving the highest request down (one copy of its stream), if it may still
@@ -62,6 +71,7 @@ class Scheduler(Residency):
                 f"{len(self._waiting)} requests are waiting (max_queue={self.config.max_queue}): retry later"
             )
         state = RequestState.new(req, self._token_piece)
+        self._start_spec(state)
         self._waiting.append(state)
         self._live[req.request_id] = state
         if req.deadline is not None:
@@ -87,7 +97,7 @@ class Scheduler(Residency):
             self._admit(now)
         if self._pool.compact and self._running:
             self._compact()
-        chunks = self._build_batch()
+        chunks, asks = self._build_batch()
         for chunk in chunks:
             owner = self._owner[chunk.seq_id]
             if owner is not None and owner.scheduled_at is None:
@@ -97,6 +107,7 @@ class Scheduler(Residency):
             sampler_setups=list(self._setups.values()),
             sampler_drops=self._drops,
             chunks=chunks,
+            draft_asks=asks,
         )
         self._ops, self._setups, self._drops = [], {}, []
         return out
@@ -241,22 +252,26 @@ class Scheduler(Residency):
             dst.seq_id, state.request_id, state.req.sampling, state.penalty_history()
         )
 
-    def _build_batch(self) -> list[BatchChunk]:
-        """Decode tokens first, then prompt chunks; preempts the youngest if nothing fits."""
+    def _build_batch(self) -> tuple[list[BatchChunk], list[DraftAsk]]:
+        """Decode tokens (with drafts) first, then prompt chunks; preempts the youngest if nothing fits."""
         while True:
             self._fit_decodes()
             if self._n_awaiting:  # a source preempted just now: its waiters decide again
                 self._settle_waits()
-            chunks = [
-                BatchChunk(s.slot.seq_id, [s.tokens[-1]], len(s.tokens) - 1, True)
-                for s in self._running
-                if s.prefilled and s.slot is not None
-            ]
-            chunks += self._prefill_chunks(
-                self._prefill_budget(len(chunks)), len(chunks), self.config.step_token_budget - len(chunks)
-            )
+            decoding: list[RequestState] = []
+            chunks: list[BatchChunk] = []
+            for s in self._running:
+                if s.prefilled and s.slot is not None:
+                    decoding.append(s)
+                    chunks.append(BatchChunk(s.slot.seq_id, [s.tokens[-1]], len(s.tokens) - 1, True))
+            n_tokens = len(chunks)
+            if self._n_spec and decoding:
+                n_tokens += add_drafts(self, decoding, chunks)
+            budget = min(self._prefill_budget(len(chunks)), self.config.step_token_budget - n_tokens)
+            chunks += self._prefill_chunks(budget, n_tokens, self.config.step_token_budget - n_tokens)
             if chunks or not self._running:
-                return chunks
+                asks = draft_asks(self, chunks, len(decoding)) if self._n_spec else []
+                return chunks, asks
             self._preempt(self._running[-1])
 
     def _prefill_budget(self, decoding: int) -> int:
@@ -309,36 +324,78 @@ class Scheduler(Residency):
             state = self._owner[chunk.seq_id]
             if state is None or state.slot is None:
                 continue
-            state.slot.append(chunk.tokens, self._pool.new_origin())
+            if not chunk.n_draft:  # a draft's tokens go in as far as they were accepted
+                state.slot.append(chunk.tokens, self._pool.new_origin())
             if not state.prefilled:
                 state.timings.prompt_n += len(chunk.tokens)
             if not chunk.sample:
                 continue
             state.prefilled = True
-            token = result.sampled.get(chunk.seq_id)
+            if chunk.n_draft:
+                run = result.runs.get(chunk.seq_id)
+                if run:
+                    events.append(self._on_verified(state, chunk, run, now))
+                    continue
+                token = None
+                self._ops.append(SeqRemove(chunk.seq_id, chunk.start_pos, -1))  # KV as we know it
+            else:
+                token = result.sampled.get(chunk.seq_id)
+            if state.spec is not None and state.spec.params.type == "draft":
+                state.spec.draft = result.drafts.get(chunk.seq_id, [])
             if token is None:
                 error = f"the runner sampled no token for sequence {chunk.seq_id}"
                 events.append(self._finish(state, FinishReason.ERROR, now, error=error, flush=True))
             else:
-                events.append(self._on_token(state, token, now))
+                events.append(self._on_tokens(state, [token], now))
 
-    def _on_token(self, state: RequestState, token: SampledToken, now: float) -> TokenEvent:
-        """Records one sampled token; finishes on EOG, a stop string, max_tokens or context end."""
-        state.tokens.append(token.token)
-        state.on_token(now)
-        if token.is_eog and not state.req.sampling.ignore_eos:
-            # The EOG token renders as nothing and is not part of the answer: not in token_ids.
-            return self._finish(state, FinishReason.STOP, now, flush=True)
-        text, stopped = state.text.feed(token.piece)
-        ids = [token.token]
-        if stopped:
-            event = self._finish(state, FinishReason.STOP, now, ids, text)
-        elif state.n_generated >= state.budget or len(state.tokens) >= self.config.n_ctx_seq:
-            event = self._finish(state, FinishReason.LENGTH, now, ids, text, flush=True)
-        else:
+    def _on_verified(
+        self, state: RequestState, chunk: BatchChunk, run: list[SampledToken], now: float
+    ) -> TokenEvent:
+        """A verified draft: rejected positions leave the KV (from the first one on)."""
+        spec = state.spec
+        assert spec is not None and state.slot is not None
+        n_accepted = min(len(run) - 1, chunk.n_draft)
+        kept = 1 + n_accepted
+        state.slot.append(chunk.tokens[:kept], self._pool.new_origin())
+        if n_accepted < chunk.n_draft:
+            self._ops.append(SeqRemove(chunk.seq_id, chunk.start_pos + kept, -1))
+        spec.record(chunk.n_draft, n_accepted)
+        state.timings.draft_n += chunk.n_draft
+        state.timings.draft_n_accepted += n_accepted
+        drafter = self._drafters.get(spec.params.type)
+        if drafter is not None:
+            drafter.accept(state.request_id, chunk.n_draft, n_accepted)
+        elif spec.params.type == "draft":
+            spec.draft = []
+        return self._on_tokens(state, run[:kept], now)
+
+    def _on_tokens(self, state: RequestState, run: list[SampledToken], now: float) -> TokenEvent:
+        """Records sampled tokens in order; finishes on EOG, a stop string, max_tokens or context end
+        (tokens after that are dropped: their KV stays, as any cache, but they are not output)."""
+        ids: list[int] = []
+        text = ""
+        logprobs = [t.logprob for t in run if t.logprob is not None]
+        event: TokenEvent | None = None
+        for token in run:
+            state.tokens.append(token.token)
+            state.on_token(now)
+            if token.is_eog and not state.req.sampling.ignore_eos:
+                # The EOG token renders as nothing and is not part of the answer: not in token_ids.
+                event = self._finish(state, FinishReason.STOP, now, ids, text, flush=True)
+                break
+            piece, stopped = state.text.feed(token.piece)
+            text += piece
+            ids.append(token.token)
+            if stopped:
+                event = self._finish(state, FinishReason.STOP, now, ids, text)
+                break
+            if state.n_generated >= state.budget or len(state.tokens) >= self.config.n_ctx_seq:
+                event = self._finish(state, FinishReason.LENGTH, now, ids, text, flush=True)
+                break
+        if event is None:
             event = TokenEvent(state.request_id, ids, text)
-        if token.logprob is not None:
-            event.logprobs = [token.logprob]
+        if logprobs:
+            event.logprobs = logprobs[: len(ids)] if event.finished else logprobs
         return event
 
     def _on_failure(

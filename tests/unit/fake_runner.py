@@ -10,11 +10,18 @@ tokens in its KV), so recomputation after a preemption or a prefix copy gives th
 `script(prompt, outputs)` pins the continuation of one prompt. Chains belong to requests, as in
 the real runner; with `stateful_chains` a chain's own count of sampled tokens also steers the
 next token (like a seeded RNG or a grammar), so a chain rebuilt mid-request shows in the text.
+
+Speculative decoding: a chunk with a draft is verified as the real runner does (sample at each
+position in order, stop after the first token that differs from the draft); `dist` makes
+sampling random (history -> probabilities over a small vocabulary, drawn with the chain's own
+RNG seeded from the request's seed, one draw per sampled token); `draft_model` answers the
+scheduler's DraftAsks (history, n_max -> draft).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from outpost.scheduler.output import (
@@ -126,6 +133,7 @@ class FakeChain:
 
     setup: SamplerSetup
     sampled: list[int] = field(default_factory=list)
+    rng: random.Random = field(default_factory=random.Random)
 
 
 class FakeRunner:
@@ -149,6 +157,9 @@ class FakeRunner:
         self.fail_partial = False  # write the batch's cells before failing (a fatal decode may)
         self.drop_sample_for: int | None = None  # "forget" to sample this seq once
         self._scripts: dict[tuple[int, ...], int] = {}
+        self.dist: Callable[[Sequence[int]], Sequence[float]] | None = None
+        self.draft_model: Callable[[list[int], int], list[int]] | None = None
+        self.verified = 0  # draft tokens verified
 
     def script(self, prompt: Sequence[int], outputs: Sequence[int]) -> None:
         """After `prompt` + outputs[:i], sample outputs[i]."""
@@ -180,7 +191,7 @@ class FakeRunner:
         for setup in out.sampler_setups:
             chain = self.chains.get(setup.request_id)
             if chain is None:
-                chain = self.chains[setup.request_id] = FakeChain(setup)
+                chain = self.chains[setup.request_id] = FakeChain(setup, rng=random.Random(setup.params.seed))
                 self.chains_built += 1
             self.samplers[setup.seq_id] = chain
             self.generating.discard(setup.seq_id)
@@ -198,7 +209,7 @@ class FakeRunner:
             for i, token in enumerate(chunk.tokens):
                 self.kv.add(chunk.seq_id, chunk.start_pos + i, token)
         self.evaluated += out.num_tokens
-        return RunnerOutput(sampled=self._sample(out))
+        return self._sample(out)
 
     def _check_batch(self, out: SchedulerOutput) -> None:
         seqs = [c.seq_id for c in out.chunks]
@@ -223,8 +234,8 @@ class FakeRunner:
             return 1
         return 0
 
-    def _sample(self, out: SchedulerOutput) -> dict[int, SampledToken]:
-        sampled: dict[int, SampledToken] = {}
+    def _sample(self, out: SchedulerOutput) -> RunnerOutput:
+        result = RunnerOutput()
         for chunk in out.chunks:
             if not chunk.sample:
                 continue
@@ -232,10 +243,34 @@ class FakeRunner:
                 self.drop_sample_for = None
                 continue
             chain = self.samplers[chunk.seq_id]
-            token = self.next_token(self.kv.tokens(chunk.seq_id))
-            if self.stateful_chains and token != EOG:
-                token = 1 + (token + 7 * len(chain.sampled)) % 26
-            chain.sampled.append(token)
-            sampled[chunk.seq_id] = SampledToken(token, piece(token), token == EOG)
-            self.generating.add(chunk.seq_id)
-        return sampled
+            kv = self.kv.tokens(chunk.seq_id)
+            first = chunk.start_pos + len(chunk.tokens) - chunk.n_draft  # history before the draft
+            run: list[SampledToken] = []
+            for i in range(chunk.n_draft + 1):
+                token = self._pick(chain, kv[: first + i])
+                run.append(SampledToken(token, piece(token), token == EOG))
+                self.generating.add(chunk.seq_id)
+                if i == chunk.n_draft or token != chunk.tokens[len(chunk.tokens) - chunk.n_draft + i]:
+                    break
+            self.verified += chunk.n_draft
+            if chunk.n_draft:
+                result.runs[chunk.seq_id] = run
+            else:
+                result.sampled[chunk.seq_id] = run[0]
+        if self.draft_model is not None:
+            for ask in out.draft_asks:
+                done = result.runs.get(ask.seq_id) or [result.sampled[ask.seq_id]]
+                history = list(ask.history) + [t.token for t in done]
+                result.drafts[ask.seq_id] = self.draft_model(history, ask.n_max)[: ask.n_max]
+        return result
+
+    def _pick(self, chain: FakeChain, history: list[int]) -> int:
+        if self.dist is not None:
+            weights = self.dist(history)
+            token = chain.rng.choices(range(len(weights)), weights=weights)[0]
+        else:
+            token = self.next_token(history)
+        if self.stateful_chains and token != EOG:
+            token = 1 + (token + 7 * len(chain.sampled)) % 26
+        chain.sampled.append(token)
+        return token

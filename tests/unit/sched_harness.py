@@ -77,7 +77,7 @@ class Harness:
             assert decode_phase or not is_decode, "a decode token after a prompt chunk"
             decode_phase = decode_phase and is_decode
             if is_decode:
-                assert len(chunk.tokens) == 1 and chunk.sample
+                assert len(chunk.tokens) == 1 + chunk.n_draft and chunk.sample
 
     def _record(self, events: list[TokenEvent]) -> None:
         ids = [e.request_id for e in events]

@@ -1,0 +1,107 @@
+"""Putting drafts into a step's batch: which draft tokens the decode chunks carry, and which
+requests the runner's draft model should draft for once the step is sampled.
+
+Drafts ride on the decode chunks of the same step (one llama_decode for every stream), after
+the one-token decodes have their cells and before prompt chunks take the rest of the token
+budget: a draft never preempts, evicts or delays a decode, only uses room that is there.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from outpost.scheduler.config import SchedulerConfig
+from outpost.scheduler.drafters import Drafter
+from outpost.scheduler.output import BatchChunk, DraftAsk
+from outpost.scheduler.request import RequestState
+from outpost.scheduler.speculation import SpecState, plan_drafts
+
+# With no draft verified for this many steps, a request's next draft gets one token as if it
+# were likely (the prior): otherwise a request whose estimate fell below the bar would never
+# draft again and never learn that the text turned copyable.
+PROBE_EVERY = 16
+
+
+class _Sched(Protocol):
+    config: SchedulerConfig
+    _drafters: dict[str, Drafter]
+    _owner: list[RequestState | None]
+
+    def _free_cells(self) -> int: ...
+
+
+def _room(sched: _Sched, n_decoding: int) -> int:
+    return min(sched.config.step_token_budget - n_decoding, sched._free_cells() - n_decoding)
+
+
+def _cap(state: RequestState, spec: SpecState, n_ctx_seq: int) -> int:
+    """The longest draft this request may verify: its n_max, its tokens left (one goes to the
+    token sampled after the draft) and its context."""
+    return min(spec.params.n_max, state.budget - state.n_generated - 1, n_ctx_seq - len(state.tokens) - 1)
+
+
+def add_drafts(sched: _Sched, decoding: list[RequestState], chunks: list[BatchChunk]) -> int:
+    """Extends the decode chunks (chunks[i] is decoding[i]'s) with drafts; returns tokens added."""
+    config = sched.config
+    candidates: list[tuple[SpecState, int]] = []
+    drafts: list[tuple[int, list[int]]] = []
+    for i, state in enumerate(decoding):
+        spec = state.spec
+        if spec is None:
+            continue
+        cap = _cap(state, spec, config.n_ctx_seq)
+        if cap < max(1, spec.params.n_min):
+            continue
+        drafter = sched._drafters.get(spec.params.type)
+        draft = drafter.propose(state.request_id, state.tokens, cap) if drafter is not None else spec.draft
+        spec.draft = []
+        offered = min(len(draft), cap)
+        if offered < max(1, spec.params.n_min):
+            continue
+        candidates.append((spec, offered))
+        drafts.append((i, draft))
+    if not candidates:
+        return 0
+    ks = plan_drafts(candidates, len(decoding), config.spec_token_cost, _room(sched, len(decoding)))
+    added = 0
+    for (i, draft), k, (spec, _) in zip(drafts, ks, candidates, strict=True):
+        if k == 0:
+            spec.idle_steps += 1
+            if spec.idle_steps < PROBE_EVERY or _room(sched, len(decoding)) - added < 1:
+                continue
+            k = 1
+        spec.idle_steps = 0
+        chunk = chunks[i]
+        chunks[i] = BatchChunk(chunk.seq_id, chunk.tokens + draft[:k], chunk.start_pos, True, k)
+        added += k
+    return added
+
+
+def draft_asks(sched: _Sched, chunks: list[BatchChunk], n_decoding: int) -> list[DraftAsk]:
+    """Asks the draft model for the requests that sample this step and draft with it, as long a
+    draft as the planner would take from them if the next step looks like this one."""
+    owners = sched._owner
+    candidates: list[tuple[SpecState, int]] = []
+    states: list[tuple[int, RequestState]] = []
+    for chunk in chunks:
+        state = owners[chunk.seq_id]
+        if not chunk.sample or state is None or state.spec is None or state.spec.params.type != "draft":
+            continue
+        # After this step the request holds 1 + n_draft more tokens at most; aim at the common case.
+        cap = _cap(state, state.spec, sched.config.n_ctx_seq) - 1
+        if cap >= max(1, state.spec.params.n_min):
+            candidates.append((state.spec, cap))
+            states.append((chunk.seq_id, state))
+    if not candidates:
+        return []
+    ks = plan_drafts(candidates, max(n_decoding, 1), sched.config.spec_token_cost, sched.config.step_token_budget)
+    asks = []
+    for (seq_id, state), k, (spec, cap) in zip(states, ks, candidates, strict=True):
+        if k == 0:
+            spec.idle_steps += 1
+            if spec.idle_steps < PROBE_EVERY:
+                continue
+            k = 1
+        if k > 0:
+            asks.append(DraftAsk(seq_id, state.request_id, state.tokens, min(k, cap)))
+    return asks

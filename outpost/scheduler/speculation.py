@@ -1,0 +1,100 @@
+"""Speculative decoding's policy: how many draft tokens each generating request verifies this step.
+
+A speculating request's decode chunk is its last token followed by draft tokens; the runner
+samples at every position of the chunk with the request's own chain, in order, and stops at the
+first sampled token that differs from the next draft token (`output.py`). So the output is what
+plain decoding would have sampled from the same logits, token for token, greedy or seeded: the
+chain sees exactly the tokens it emits, in order (grammar, penalties, RNG). With a deterministic
+draft (an n-gram, a greedy draft model) this is standard speculative sampling: a draft token d is
+kept with probability p(d), and a rejection samples from p with d removed.
+
+How long a draft. Each request keeps a running estimate p of the chance that a draft token is
+accepted, given the one before it was (the geometric model: draft token i survives with p^i),
+learnt from its own verifications with a decay so that it follows the text. A draft token is
+worth a place in the step when the tokens it is expected to add outweigh what it costs the step:
+with r the cost of one more token in a step relative to a one-token step (measured at start,
+`SchedulerConfig.spec_token_cost`), a step that so far costs T and yields Y tokens gains from a
+token accepted with probability q iff (Y + q) / (T + r) > Y / T, i.e. q * T > r * Y. Tokens go in
+order of q across requests (for one request q falls with i, so each gets a prefix of its draft).
+With many streams a step is compute-bound (T grows by r per stream and Y by 1): the bar rises
+towards q > 1 and speculation turns itself off; with one stream almost any likely token passes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+from outpost.messages import SpecParams
+
+# Decay of the acceptance counts per verification: about the last 1 / (1 - DECAY) drafts count.
+DECAY = 0.8
+# The prior: one accepted and one rejected draft token (p starts at 0.5).
+PRIOR_ACCEPTED = 1.0
+PRIOR_REJECTED = 1.0
+# A draft token must be expected to pay for itself this many times over (the cost model is rough).
+MARGIN = 1.2
+
+
+@dataclass
+class SpecState:
+    """One request's speculation: its settings, acceptance estimate and pending draft."""
+
+    params: SpecParams
+    accepted: float = PRIOR_ACCEPTED  # decayed count of accepted draft tokens
+    rejected: float = PRIOR_REJECTED  # decayed count of verifications cut short
+    draft: list[int] = field(default_factory=list)  # from the draft model, for the next step
+    idle_steps: int = 0  # steps since its last verification (see spec_batch.PROBE_EVERY)
+
+    @property
+    def p(self) -> float:
+        """The estimated chance that a draft token is accepted after its predecessor was."""
+        return self.accepted / (self.accepted + self.rejected)
+
+    def record(self, n_drafted: int, n_accepted: int) -> None:
+        """One verification: `n_accepted` of `n_drafted` draft tokens survived."""
+        self.accepted = self.accepted * DECAY + n_accepted
+        self.rejected = self.rejected * DECAY + (1.0 if n_accepted < n_drafted else 0.0)
+
+    def useful_length(self, token_cost: float) -> int:
+        """The longest draft worth verifying alone in a step (one stream): p^i > MARGIN * r."""
+        p = self.p
+        bar = MARGIN * token_cost
+        if p <= bar:
+            return 0
+        if p >= 1.0:
+            return self.params.n_max
+        return min(self.params.n_max, int(math.log(bar) / math.log(p)))
+
+
+def plan_drafts(
+    candidates: list[tuple[SpecState, int]], n_decoding: int, token_cost: float, room: int
+) -> list[int]:
+    """Draft tokens each candidate verifies this step (its draft's length capped), in order.
+
+    candidates: (state, tokens its draft offers); n_decoding: one-token decodes in the step;
+    room: draft tokens the step can still hold (token budget and free KV cells)."""
+    ks = [0] * len(candidates)
+    if room <= 0 or not candidates:
+        return ks
+    r = max(token_cost, 1e-6)
+    cost = 1.0 + (n_decoding - 1) * r
+    yielded = float(n_decoding)
+    heap = [(-state.p, i, state.p) for i, (state, offered) in enumerate(candidates) if offered > 0]
+    heapq.heapify(heap)
+    while heap and room > 0:
+        neg_q, i, p = heapq.heappop(heap)
+        q = -neg_q
+        if q * cost <= MARGIN * r * yielded:
+            break  # every other candidate's next token is less likely still
+        ks[i] += 1
+        room -= 1
+        cost += r
+        yielded += q
+        if ks[i] < candidates[i][1]:
+            heapq.heappush(heap, (-(q * p), i, p))
+    for i, (state, _) in enumerate(candidates):
+        if ks[i] < state.params.n_min:
+            ks[i] = 0
+    return ks
