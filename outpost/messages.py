@@ -64,12 +64,36 @@ class SpecParams:
             raise ValueError(f"speculative type must be one of {', '.join(SPEC_TYPES)} (got {self.type!r})")
         if not 0 <= self.n_min <= self.n_max <= 256:
             raise ValueError(
-                f"speculative n_min/n_max must satisfy 0 <= n_min <= n_max <= 256 (got {self.n_min}/{self.n_max})"
+                "speculative n_min/n_max must satisfy 0 <= n_min <= n_max <= 256 "
+                f"(got {self.n_min}/{self.n_max})"
             )
 
     @property
     def enabled(self) -> bool:
         return self.type != "none" and self.n_max > 0
+
+
+@dataclass(frozen=True)
+class SpecRequest:
+    """A request's own speculative settings (llama-server's `speculative.type` / `.n_max` /
+    `.n_min` request fields); a None field keeps the engine's."""
+
+    type: str | None = None
+    n_max: int | None = None
+    n_min: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.type is not None and self.type not in SPEC_TYPES:
+            raise ValueError(f"speculative.type must be one of {', '.join(SPEC_TYPES)} (got {self.type!r})")
+        for name, value in (("n_max", self.n_max), ("n_min", self.n_min)):
+            if value is not None and not 0 <= value <= 256:
+                raise ValueError(f"speculative.{name} must be between 0 and 256 (got {value})")
+
+    def over(self, base: SpecParams) -> SpecParams:
+        """The engine's settings with this request's changes; ValueError if they do not fit."""
+        n_max = base.n_max if self.n_max is None else self.n_max
+        n_min = min(base.n_min, n_max) if self.n_min is None else self.n_min
+        return SpecParams(self.type or base.type, n_max, n_min)
 
 
 @dataclass
@@ -89,7 +113,7 @@ class GenerateRequest:
     # and prime the stop-string and UTF-8 hold-back, so the text goes on as if never interrupted.
     n_resumed: int = 0
     # Speculative decoding for this request; None: the engine's default (serve's --spec-type).
-    speculative: SpecParams | None = None
+    speculative: SpecRequest | None = None
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,14 @@ from typing import Any
 from outpost.core import EngineClient, EngineCore
 from outpost.engine.codec import LlamaCodec
 from outpost.engine.config import EngineConfig, with_probed_kernels
+from outpost.engine.draft_model import DraftModel
 from outpost.engine.kernel_probe import KernelChoice
 from outpost.engine.model import LoadedModel
 from outpost.engine.runner import ModelRunner
+from outpost.messages import SpecParams
 from outpost.scheduler import Scheduler, SchedulerConfig
 from outpost.scheduler.budget import Asked, PrefillBudget, budget_floor, resolve_prefill_budget
+from outpost.scheduler.speculation import token_cost_from
 
 _log = logging.getLogger(__name__)
 
@@ -47,17 +50,25 @@ class Engine:
         prefix_cache: bool = True,
         idle_cache_cells: int = 0,
         prefill_budget: Asked | None = "auto",
+        speculative: SpecParams | None = None,
+        draft_model_path: str | None = None,
+        ngram_simple: tuple[int, int] = (12, 48),
     ) -> None:
         self.kernels: KernelChoice | None = None
+        spec = speculative or SpecParams()
 
         def build() -> tuple[Scheduler, ModelRunner]:
             probed, self.kernels = with_probed_kernels(config)
             self.model = LoadedModel(probed)
             try:
-                self.runner = ModelRunner(self.model)
+                draft = _load_draft(probed, draft_model_path, self.model.vocab.n_tokens)
+                # Requests may ask for n-gram speculation whatever the default: the runner always
+                # verifies drafts; only the cost model's measurement depends on the default.
+                self.runner = ModelRunner(self.model, draft, speculating=True)
                 model = self.model
                 self.n_ctx_seq = min(model.n_ctx_train or model.n_ctx_seq, model.n_ctx_seq)
                 self.prefill_budget = _prefill_budget(prefill_budget, self.runner, config.n_seq_max)
+                costs = _spec_costs(self.runner, self.prefill_budget, spec.enabled)
                 self.scheduler_config = SchedulerConfig(
                     n_slots=config.n_seq_max,
                     # Per-slot streams: each slot's own cells bound it, the pool is their sum.
@@ -70,6 +81,11 @@ class Engine:
                     prefix_cache=prefix_cache,
                     idle_cache_cells=idle_cache_cells,
                     copy_min_tokens=1 if model.kv_unified else stream_copy_min_tokens(model.n_ctx_seq),
+                    speculative=spec,
+                    spec_token_cost=costs[0],
+                    draft_model=draft is not None,
+                    draft_token_cost=costs[1],
+                    ngram_simple=ngram_simple,
                 )
                 # The runner's own rendering of tokens: a resumed request's text is primed with it.
                 return Scheduler(self.scheduler_config, self.model.vocab.token_to_piece), self.runner
@@ -106,6 +122,34 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _load_draft(config: EngineConfig, path: str | None, n_vocab: int) -> DraftModel | None:
+    """The draft model (-md), with a context shaped as the target's, or None."""
+    if path is None:
+        return None
+    draft = DraftModel(LoadedModel(config.model_copy(update={"model_path": path})), n_vocab)
+    _log.info("draft model %s loaded", path)
+    return draft
+
+
+def _spec_costs(runner: ModelRunner, budget: PrefillBudget, enabled: bool) -> tuple[float, float]:
+    """(spec_token_cost, draft_token_cost) from step times measured here, where speculation is on
+    by default (else the defaults: a request that asks for it gets the rough model)."""
+    default = SchedulerConfig()
+    if not enabled:
+        return default.spec_token_cost, default.draft_token_cost
+    times = budget.times or runner.measure_step_times()
+    cost = (
+        token_cost_from(times.decode_s, times.per_token_s) if times.believable() else default.spec_token_cost
+    )
+    draft_cost = default.draft_token_cost
+    if runner.draft_model is not None and times.decode_s > 0:
+        draft_cost = min(max(runner.draft_model.measure_step_s() / times.decode_s, 0.01), 2.0)
+    _log.info(
+        "speculative decoding: a draft token costs %.3f of a decode step (draft model %.3f)", cost, draft_cost
+    )
+    return cost, draft_cost
 
 
 def _prefill_budget(asked: Asked | None, runner: ModelRunner, n_slots: int) -> PrefillBudget:

@@ -99,7 +99,10 @@ async def start_chat(
     rid = mapping.new_request_id(prefix)
     record_of(request).id = rid
     stops = mapping.stop_strings(body.stop)
-    req = mapping.generate_request(tokens, max_tokens, sampling, stops, rid, cfg.request_timeout, arrival)
+    spec = mapping.speculative(body)
+    req = mapping.generate_request(
+        tokens, max_tokens, sampling, stops, rid, cfg.request_timeout, arrival, spec
+    )
     gen = Generation(backend, req, state.metrics)
     await gen.start()
     return ChatRun(model_id, backend, plan, gen, rid, plan.prompt, stops)

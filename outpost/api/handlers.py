@@ -118,13 +118,16 @@ async def handle_completion(state: ServerState, body: CompletionRequest, request
     stop = mapping.stop_strings(body.stop)
     rid = mapping.new_request_id("cmpl")
     record_of(request).id = rid
+    spec_req = mapping.speculative(body)
     gens = []
     for i, tokens in enumerate(token_lists):
         budget = mapping.resolve_max_tokens(
             len(tokens), body.max_tokens, backend.n_ctx_seq, cfg.default_max_tokens
         )
         sub_id = rid if len(token_lists) == 1 else f"{rid}-{i}"
-        req = mapping.generate_request(tokens, budget, sampling, stop, sub_id, cfg.request_timeout, arrival)
+        req = mapping.generate_request(
+            tokens, budget, sampling, stop, sub_id, cfg.request_timeout, arrival, spec_req
+        )
         gens.append(Generation(backend, req, state.metrics))
     await start_all(gens)
     wants_text = cfg.log_prompts or bool(body.echo)

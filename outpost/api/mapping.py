@@ -16,7 +16,7 @@ from typing import Any
 from outpost.api.errors import bad_request, context_length_exceeded
 from outpost.api.schemas import ResponseFormat, SamplingFields
 from outpost.backend import PromptCodec
-from outpost.messages import ChatTemplateError, GenerateRequest, SamplingParams, context_exceeded
+from outpost.messages import ChatTemplateError, GenerateRequest, SamplingParams, SpecRequest, context_exceeded
 
 DEFAULTS = SamplingParams()  # llama-server's defaults live in the dataclass
 
@@ -128,6 +128,21 @@ def sampling_params(codec: PromptCodec, body: SamplingFields, n_probs: int = -1)
     )
 
 
+def speculative(body: SamplingFields) -> SpecRequest | None:
+    """The request's speculative decoding settings (its object, then the flat keys), or None."""
+    obj = body.speculative
+    kind = body.spec_type or (obj.type if obj else None)
+    n_max = body.spec_n_max if body.spec_n_max is not None else (obj.n_max if obj else None)
+    n_min = body.spec_n_min if body.spec_n_min is not None else (obj.n_min if obj else None)
+    if kind is None and n_max is None and n_min is None:
+        return None
+    if n_max is not None and n_min is not None and n_min > n_max:
+        raise bad_request(
+            f"speculative.n_min ({n_min}) exceeds speculative.n_max ({n_max})", param="speculative"
+        )
+    return SpecRequest(kind, n_max, n_min)
+
+
 def new_request_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
@@ -140,6 +155,7 @@ def generate_request(
     request_id: str,
     timeout: float,
     arrival: float | None = None,
+    spec: SpecRequest | None = None,
 ) -> GenerateRequest:
     arrival = time.monotonic() if arrival is None else arrival
     return GenerateRequest(
@@ -150,4 +166,5 @@ def generate_request(
         request_id=request_id,
         deadline=arrival + timeout,
         arrival_time=arrival,
+        speculative=spec,
     )

@@ -45,6 +45,15 @@ class Metrics:
         self.prefix_reused = Counter(
             "outpost_prefix_cache_reused_tokens", "Prompt tokens served from the KV cache", registry=r
         )
+        # llama-server's n_draft_total / n_draft_accepted (speculative decoding).
+        self.draft_tokens = Counter(
+            "outpost_draft_tokens", "Draft tokens verified (speculative decoding)", registry=r
+        )
+        self.draft_accepted = Counter(
+            "outpost_draft_accepted_tokens",
+            "Draft tokens the model accepted (speculative decoding)",
+            registry=r,
+        )
         self.slots_busy = Gauge("outpost_slots_busy", "Slots running a request", registry=r)
         self.queue_depth = Gauge("outpost_queue_depth", "Requests waiting for a slot", registry=r)
         self.kv_cells_used = Gauge("outpost_kv_cells_used", "KV cache cells in use", registry=r)
@@ -99,3 +108,6 @@ class RequestObserver:
         if timings is not None:
             self._m.queue_time.observe(timings.queue_ms / 1000.0)
             self._m.prefix_reused.inc(timings.cache_n)
+            if timings.draft_n:
+                self._m.draft_tokens.inc(timings.draft_n)
+                self._m.draft_accepted.inc(timings.draft_n_accepted)

@@ -70,6 +70,14 @@ def _check_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
 Messages = Annotated[list[ChatMessage], AfterValidator(_check_messages)]
 
 
+class SpeculativeFields(Body):
+    """A request's own speculative decoding (outpost/scheduler/speculation.py)."""
+
+    type: Literal["none", "ngram-simple", "ngram-mod", "draft"] | None = None
+    n_max: int | None = Field(None, ge=0, le=256)
+    n_min: int | None = Field(None, ge=0, le=256)
+
+
 class SamplingFields(Body):
     """Fields shared by chat and text completions (OpenAI's, then llama.cpp's extensions)."""
 
@@ -90,6 +98,13 @@ class SamplingFields(Body):
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     repeat_penalty: float | None = Field(None, gt=0.0, le=100.0)
     ignore_eos: bool | None = False
+    # Speculative decoding, as an object or with llama-server's flat keys ("speculative.n_max").
+    speculative: SpeculativeFields | None = None
+    spec_type: Literal["none", "ngram-simple", "ngram-mod", "draft"] | None = Field(
+        None, alias="speculative.type"
+    )
+    spec_n_max: int | None = Field(None, ge=0, le=256, alias="speculative.n_max")
+    spec_n_min: int | None = Field(None, ge=0, le=256, alias="speculative.n_min")
 
     @field_validator("stop")
     @classmethod

@@ -169,6 +169,8 @@ def _on_event(event: Any, record: RequestRecord, now: float) -> bool:
     if isinstance(timings, dict):  # llama-server's and Outpost's; the last chunk that has them wins
         record.prompt_n = _count(timings.get("prompt_n"))
         record.cache_n = _count(timings.get("cache_n"))
+        record.draft_n = _count(timings.get("draft_n"))
+        record.draft_n_accepted = _count(timings.get("draft_n_accepted"))
     for choice in event.get("choices") or []:
         delta = choice.get("delta") or {}
         text = delta.get("content") or delta.get("reasoning_content") or choice.get("text")

@@ -34,6 +34,9 @@ class RequestRecord:
     # llama.cpp's `timings` (llama-server, Outpost): prompt tokens evaluated, and reused from its cache
     prompt_n: int | None = None
     cache_n: int | None = None
+    # speculative decoding (llama-server's and Outpost's `timings.draft_n` / `draft_n_accepted`)
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
     finish_reason: str | None = None
     done: bool = False  # `data: [DONE]` arrived
     status: int | None = None
@@ -108,6 +111,17 @@ class RunSummary:
     input_tokens_mean: float | None
     output_tokens_mean: float | None
     capped: bool  # a --duration level that ran out of its request bound before the time was up
+    # Speculative decoding over the run: draft tokens verified and accepted (None: no server count).
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+
+    @property
+    def draft_acceptance(self) -> float | None:
+        return (
+            self.draft_n_accepted / self.draft_n
+            if self.draft_n and self.draft_n_accepted is not None
+            else None
+        )
 
     @property
     def error_rate(self) -> float:
@@ -128,6 +142,15 @@ class RunSummary:
             "itl_s": self.itl_s.as_dict(),
             "tpot_s": self.tpot_s.as_dict(),
             "e2e_s": self.e2e_s.as_dict(),
+            **(
+                {
+                    "draft_n": self.draft_n,
+                    "draft_n_accepted": self.draft_n_accepted,
+                    "draft_acceptance": self.draft_acceptance,
+                }
+                if self.draft_n
+                else {}
+            ),
         }
 
 

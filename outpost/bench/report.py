@@ -17,8 +17,8 @@ from outpost.bench.failon import Threshold, Violation
 from outpost.bench.records import BenchResult, RunSummary
 
 CSV_FIELDS = (
-    "server url model mode level index start_s input_tokens prompt_tokens prompt_n cache_n max_tokens "
-    "output_tokens chunks "
+    "server url model mode level index start_s input_tokens prompt_tokens prompt_n cache_n draft_n "
+    "draft_n_accepted max_tokens output_tokens chunks "
     "ttft_s itl_s tpot_s e2e_s output_tok_s finish_reason status error error_detail"
 ).split()
 
@@ -184,6 +184,8 @@ def write_requests_csv(path: Path, result: BenchResult) -> None:
                         "prompt_tokens": rec.prompt_tokens,
                         "prompt_n": rec.prompt_n,
                         "cache_n": rec.cache_n,
+                        "draft_n": rec.draft_n,
+                        "draft_n_accepted": rec.draft_n_accepted,
                         "max_tokens": rec.max_tokens,
                         "output_tokens": rec.output_tokens,
                         "chunks": rec.chunks,

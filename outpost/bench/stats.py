@@ -79,4 +79,12 @@ def summarise(
         input_tokens_mean=sum(r.input_tokens for r in ok) / len(ok) if ok else None,
         output_tokens_mean=out_tokens / len(ok) if ok else None,
         capped=capped,
+        draft_n=_total([r.draft_n for r in ok]),
+        draft_n_accepted=_total([r.draft_n_accepted for r in ok]),
     )
+
+
+def _total(counts: list[int | None]) -> int | None:
+    """The sum of the counts servers sent (None when none did)."""
+    known = [c for c in counts if c is not None]
+    return sum(known) if known else None

@@ -28,6 +28,7 @@ from outpost.messages import (
     FinishReason,
     GenerateRequest,
     SamplingParams,
+    SpecRequest,
     Timings,
     TokenEvent,
     TokenLogprob,
@@ -139,6 +140,21 @@ def _sampling_in(d: dict[str, Any]) -> SamplingParams:
     return SamplingParams(**kwargs, logit_bias=tuple(bias))
 
 
+def _spec_out(spec: SpecRequest) -> dict[str, Any]:
+    return {"type": spec.type, "n_max": spec.n_max, "n_min": spec.n_min}
+
+
+def _spec_in(d: Any) -> SpecRequest | None:
+    if d is None:
+        return None
+
+    def count(key: str) -> int | None:
+        return None if d.get(key) is None else int(d[key])
+
+    kind = d.get("type")
+    return SpecRequest(None if kind is None else str(kind), count("n_max"), count("n_min"))
+
+
 def encode_request(req: GenerateRequest) -> bytes:
     return dumps(
         {
@@ -151,6 +167,8 @@ def encode_request(req: GenerateRequest) -> bytes:
             "deadline_unix": None if req.deadline is None else to_wall(req.deadline),
             "arrival_unix": to_wall(req.arrival_time),
             "n_resumed": req.n_resumed,
+            # Absent when the request has none (v1 workers before speculative decoding ignore it).
+            **({"speculative": _spec_out(req.speculative)} if req.speculative is not None else {}),
             "reply_bundles": True,  # this gateway reads `bundle` replies (older workers ignore this)
         }
     )
@@ -169,6 +187,7 @@ def decode_request(body: bytes | dict[str, Any]) -> GenerateRequest:
             deadline=None if deadline is None else to_monotonic(float(deadline)),
             arrival_time=to_monotonic(float(d["arrival_unix"])),
             n_resumed=int(d.get("n_resumed", 0)),  # absent in messages of earlier v1 senders
+            speculative=_spec_in(d.get("speculative")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed request message: {exc!r}") from exc
@@ -198,6 +217,8 @@ def _event_out(e: TokenEvent) -> dict[str, Any]:
     if e.timings is not None:
         t = e.timings
         out["timings"] = [t.prompt_n, t.prompt_ms, t.predicted_n, t.predicted_ms, t.cache_n, t.queue_ms]
+        if t.draft_n:  # speculative decoding's counts; absent for older readers' sake otherwise
+            out["timings"] += [t.draft_n, t.draft_n_accepted]
     if e.error is not None:
         out["error"] = e.error
     if e.error_param is not None:
@@ -211,6 +232,8 @@ def _event_in(request_id: str, d: dict[str, Any]) -> TokenEvent:
     timings = None
     if (t := d.get("timings")) is not None:
         timings = Timings(int(t[0]), float(t[1]), int(t[2]), float(t[3]), int(t[4]), float(t[5]))
+        if len(t) >= 8:
+            timings.draft_n, timings.draft_n_accepted = int(t[6]), int(t[7])
     finish = d.get("finish_reason")
     lps = d.get("logprobs")
     return TokenEvent(

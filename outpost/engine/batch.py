@@ -46,7 +46,8 @@ class TokenBatch:
         struct.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
 
     def fill(self, chunks: Sequence[BatchChunk]) -> dict[int, int]:
-        """Lay the chunks out back to back; returns seq_id -> batch index of its sampled output."""
+        """Lay the chunks out back to back; returns seq_id -> batch index of its sampled output
+        (with a draft: of the first of its n_draft + 1 consecutive outputs)."""
         offset = 0
         outputs: dict[int, int] = {}
         for chunk in chunks:
@@ -69,8 +70,10 @@ class TokenBatch:
             self.seq_ids[offset:end] = chunk.seq_id
             self.logits[offset:end] = 0
             if chunk.sample:
-                self.logits[end - 1] = 1
-                outputs[chunk.seq_id] = end - 1
+                # A draft wants logits at its last token and each draft token (see BatchChunk).
+                first = end - 1 - chunk.n_draft
+                self.logits[first:end] = 1
+                outputs[chunk.seq_id] = first
             offset = end
         self.struct.n_tokens = offset
         return outputs

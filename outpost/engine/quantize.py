@@ -61,10 +61,13 @@ def quantize_gguf(
     qtype: str,
     n_threads: int | None = None,
     progress: QuantProgress | None = None,
+    allow_requantize: bool = False,
 ) -> None:
     """Quantize the GGUF at `src` into `dst` as `qtype` (see QUANT_TYPES).
 
-    n_threads defaults to all CPUs. `progress(done, total, tensor_name)` is called per tensor.
+    n_threads defaults to all CPUs. allow_requantize: accept a quantized `src` (dequantized, then
+    converted; the result is never better than `src`). `progress(done, total, tensor_name)` is
+    called per tensor.
     Raises ValueError for an unknown type or src == dst, FileNotFoundError for a missing src,
     RuntimeError when llama.cpp reports failure.
     """
@@ -80,6 +83,7 @@ def quantize_gguf(
     params = llama.llama_model_quantize_default_params()
     params.ftype = ftype
     params.nthread = n_threads or os.cpu_count() or 1
+    params.allow_requantize = allow_requantize  # llama.cpp refuses quantized inputs without it
 
     def on_line(line: str) -> None:
         match = _TENSOR_LINE.match(line)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from outpost.engine.batch import TokenBatch
+from outpost.engine.draft_model import DraftModel
 from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
 from outpost.engine.sampling import SamplerChain
+from outpost.engine.speculate import verify_draft
 from outpost.engine.step_timing import measure_step_times
 from outpost.messages import TokenLogprob
 from outpost.scheduler.budget import StepTimes
@@ -29,8 +31,13 @@ from outpost.scheduler.output import (
 class ModelRunner:
     """Owns the batch buffer and one sampler chain per live request, bound to its sequence."""
 
-    def __init__(self, model: LoadedModel) -> None:
+    def __init__(
+        self, model: LoadedModel, draft_model: DraftModel | None = None, speculating: bool = False
+    ) -> None:
+        """speculating: requests may carry drafts (the engine's --spec-type or a request's own)."""
         self.model = model
+        self.draft_model = draft_model
+        self._speculating = speculating or draft_model is not None
         self.batch = TokenBatch(model.n_batch)
         # Chains by request id: a preempted request keeps its own until it is admitted again.
         self.chains: dict[str, SamplerChain] = {}
@@ -73,7 +80,22 @@ class ModelRunner:
         status = int(llama.llama_decode(self.model.ctx, self.batch.struct))
         if status != 0:
             return RunnerOutput(decode_status=status, error=_decode_error(status))
-        return RunnerOutput(sampled=self._sample(outputs))
+        if not (self._speculating and (out.draft_asks or any(c.n_draft for c in chunks))):
+            return RunnerOutput(sampled=self._sample(outputs))
+        return self._verify_and_draft(out, outputs)
+
+    def _verify_and_draft(self, out: SchedulerOutput, outputs: dict[int, int]) -> RunnerOutput:
+        """Speculative decoding's step (outpost/engine/speculate.py), drafts for the next one."""
+        result = RunnerOutput()
+        for chunk in out.chunks:
+            if chunk.n_draft:
+                result.runs[chunk.seq_id] = verify_draft(self, chunk, outputs.pop(chunk.seq_id))
+        result.sampled = self._sample(outputs)
+        if out.draft_asks and self.draft_model is not None:
+            done = {seq: [t.token for t in run] for seq, run in result.runs.items()}
+            done.update({seq: [t.token] for seq, t in result.sampled.items()})
+            result.drafts = self.draft_model.draft(out.draft_asks, done)
+        return result
 
     def _apply_memory_ops(self, out: SchedulerOutput) -> None:
         mem = self.model.memory
@@ -118,15 +140,15 @@ class ModelRunner:
         chain.free()
 
     def _sample(self, outputs: dict[int, int]) -> dict[int, SampledToken]:
-        ctx = self.model.ctx
+        return {seq_id: self.sample_at(seq_id, index) for seq_id, index in outputs.items()}
+
+    def sample_at(self, seq_id: int, index: int) -> SampledToken:
+        """Samples (and accepts into its chain) seq_id's token from batch output row `index`."""
         vocab = self.model.vocab
-        sampled: dict[int, SampledToken] = {}
-        for seq_id, index in outputs.items():
-            token = self.samplers[seq_id].sample(ctx, index)
-            n_probs = self._n_probs.get(seq_id)
-            logprob = None if n_probs is None else self._logprob(index, token, n_probs)
-            sampled[seq_id] = SampledToken(token, vocab.token_to_piece(token), vocab.is_eog(token), logprob)
-        return sampled
+        token = self.samplers[seq_id].sample(self.model.ctx, index)
+        n_probs = self._n_probs.get(seq_id)
+        logprob = None if n_probs is None else self._logprob(index, token, n_probs)
+        return SampledToken(token, vocab.token_to_piece(token), vocab.is_eog(token), logprob)
 
     def _logprob(self, index: int, token: int, n_top: int) -> TokenLogprob:
         """The model's own distribution at this step (before sampler truncation), as OpenAI reports."""
@@ -146,6 +168,9 @@ class ModelRunner:
             chain.free()
         self.chains.clear()
         self.samplers.clear()
+        if self.draft_model is not None:
+            self.draft_model.close()
+            self.draft_model = None
 
 
 def _decode_error(status: int) -> str:

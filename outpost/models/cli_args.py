@@ -40,6 +40,12 @@ def add_quantize_parser(sub: Any) -> None:
     p.add_argument("output", help="output GGUF (written atomically; never the input)")
     p.add_argument("type", help=QUANTIZE_TYPES_HELP)
     p.add_argument("-t", "--threads", type=int, help="CPU threads (default: all)")
+    p.add_argument(
+        "--allow-requantize",
+        action="store_true",
+        help="accept an already quantized input (llama-quantize's flag): e.g. q4_1 -> f16 for a "
+        "draft model check; quality is the input's, never better",
+    )
     p.set_defaults(handler=_cmd_quantize)
 
 
@@ -123,7 +129,14 @@ def _cmd_quantize(args: argparse.Namespace) -> int:
     # interrupted: quantize into a hidden name next to OUT and rename only a finished file.
     tmp = temp_path_beside(dst)
     try:
-        quantize_gguf(src, tmp, qtype, n_threads=args.threads, progress=progress_bar(f"quantize {qtype}"))
+        quantize_gguf(
+            src,
+            tmp,
+            qtype,
+            n_threads=args.threads,
+            progress=progress_bar(f"quantize {qtype}"),
+            allow_requantize=args.allow_requantize,
+        )
         os.replace(tmp, dst)
     finally:
         tmp.unlink(missing_ok=True)

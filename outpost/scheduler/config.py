@@ -46,6 +46,9 @@ class SchedulerConfig:
     spec_token_cost: what one more token adds to a step, relative to a one-token decode step
         (the engine measures it at start): the price a draft token must be expected to repay.
     draft_model: a draft model is loaded (requests may use the `draft` type).
+    draft_token_cost: what one draft model step costs, relative to a one-token target step.
+    ngram_simple: ngram-simple's n-gram and draft sizes (llama-server's --spec-ngram-simple-size-n
+        and -m, whose defaults these are).
     """
 
     n_slots: int = 4
@@ -61,6 +64,8 @@ class SchedulerConfig:
     speculative: SpecParams = field(default_factory=SpecParams)
     spec_token_cost: float = 0.15
     draft_model: bool = False
+    draft_token_cost: float = 0.5
+    ngram_simple: tuple[int, int] = (12, 48)
 
     def __post_init__(self) -> None:
         if self.n_slots < 1:
@@ -77,7 +82,7 @@ class SchedulerConfig:
             raise ValueError(f"prefill_budget must be at least 1 token (got {self.prefill_budget})")
         if self.copy_min_tokens < 1:
             raise ValueError(f"copy_min_tokens must be at least 1 (got {self.copy_min_tokens})")
-        if not 0.0 < self.spec_token_cost:
+        if not self.spec_token_cost > 0.0:
             raise ValueError(f"spec_token_cost must be above 0 (got {self.spec_token_cost})")
         if self.speculative.type == "draft" and not self.draft_model:
             raise ValueError("speculative type 'draft' needs a draft model (-md/--model-draft)")

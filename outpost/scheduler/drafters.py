@@ -113,7 +113,9 @@ class NgramMod:
 
     def __init__(self, n_match: int = 24, n_max: int = 64, n_min: int = 48) -> None:
         if n_match < 1 or not 0 <= n_min <= n_max:
-            raise ValueError(f"ngram-mod needs n_match >= 1 and 0 <= n_min <= n_max (got {n_match}, {n_min}, {n_max})")
+            raise ValueError(
+                f"ngram-mod needs n_match >= 1 and 0 <= n_min <= n_max (got {n_match}, {n_min}, {n_max})"
+            )
         self.n = n_match
         self.n_max = n_max
         self.n_min = n_min
@@ -176,11 +178,11 @@ class NgramMod:
         self._seqs.pop(request_id, None)
 
 
-def make_drafter(spec_type: str) -> Drafter | None:
+def make_drafter(spec_type: str, ngram_simple: tuple[int, int] = (12, 48)) -> Drafter | None:
     """The drafter for a `SpecParams.type` the scheduler runs itself (None: none, or the draft
     model, which the runner drives)."""
     if spec_type == "ngram-simple":
-        return NgramSimple()
+        return NgramSimple(*ngram_simple)
     if spec_type == "ngram-mod":
         return NgramMod()
     return None

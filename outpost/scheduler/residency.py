@@ -171,7 +171,12 @@ class Residency:
 
     def _start_spec(self, state: RequestState) -> None:
         """Gives a new request its speculation, if it (or the engine's default) asks for one."""
-        params = state.req.speculative or self.config.speculative
+        params = self.config.speculative
+        if state.req.speculative is not None:
+            try:
+                params = state.req.speculative.over(params)
+            except ValueError as exc:
+                raise RequestRejected(str(exc)) from None
         if not params.enabled:
             return
         if params.type == "draft" and not self.config.draft_model:
@@ -179,7 +184,7 @@ class Residency:
         state.spec = SpecState(params)
         self._n_spec += 1
         if params.type not in self._drafters:
-            drafter = make_drafter(params.type)
+            drafter = make_drafter(params.type, self.config.ngram_simple)
             if drafter is None:
                 return
             self._drafters[params.type] = drafter

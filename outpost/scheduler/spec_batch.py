@@ -62,7 +62,13 @@ def add_drafts(sched: _Sched, decoding: list[RequestState], chunks: list[BatchCh
         drafts.append((i, draft))
     if not candidates:
         return 0
-    ks = plan_drafts(candidates, len(decoding), config.spec_token_cost, _room(sched, len(decoding)))
+    ks = plan_drafts(
+        candidates,
+        len(decoding),
+        config.spec_token_cost,
+        _room(sched, len(decoding)),
+        config.draft_token_cost,
+    )
     added = 0
     for (i, draft), k, (spec, _) in zip(drafts, ks, candidates, strict=True):
         if k == 0:
@@ -94,7 +100,14 @@ def draft_asks(sched: _Sched, chunks: list[BatchChunk], n_decoding: int) -> list
             states.append((chunk.seq_id, state))
     if not candidates:
         return []
-    ks = plan_drafts(candidates, max(n_decoding, 1), sched.config.spec_token_cost, sched.config.step_token_budget)
+    config = sched.config
+    ks = plan_drafts(
+        candidates,
+        max(n_decoding, 1),
+        config.spec_token_cost,
+        config.step_token_budget,
+        config.draft_token_cost,
+    )
     asks = []
     for (seq_id, state), k, (spec, cap) in zip(states, ks, candidates, strict=True):
         if k == 0:

@@ -34,7 +34,7 @@ DECAY = 0.8
 PRIOR_ACCEPTED = 1.0
 PRIOR_REJECTED = 1.0
 # A draft token must be expected to pay for itself this many times over (the cost model is rough).
-MARGIN = 1.2
+MARGIN = 1.1
 
 
 @dataclass
@@ -69,28 +69,35 @@ class SpecState:
 
 
 def plan_drafts(
-    candidates: list[tuple[SpecState, int]], n_decoding: int, token_cost: float, room: int
+    candidates: list[tuple[SpecState, int]],
+    n_decoding: int,
+    token_cost: float,
+    room: int,
+    draft_cost: float = 0.0,
 ) -> list[int]:
     """Draft tokens each candidate verifies this step (its draft's length capped), in order.
 
     candidates: (state, tokens its draft offers); n_decoding: one-token decodes in the step;
-    room: draft tokens the step can still hold (token budget and free KV cells)."""
+    room: draft tokens the step can still hold (token budget and free KV cells); draft_cost: what
+    making one token costs a `draft` request (its draft model's step), in the same unit."""
     ks = [0] * len(candidates)
     if room <= 0 or not candidates:
         return ks
     r = max(token_cost, 1e-6)
     cost = 1.0 + (n_decoding - 1) * r
     yielded = float(n_decoding)
+    prices = [r + (draft_cost if state.params.type == "draft" else 0.0) for state, _ in candidates]
     heap = [(-state.p, i, state.p) for i, (state, offered) in enumerate(candidates) if offered > 0]
     heapq.heapify(heap)
     while heap and room > 0:
         neg_q, i, p = heapq.heappop(heap)
         q = -neg_q
-        if q * cost <= MARGIN * r * yielded:
-            break  # every other candidate's next token is less likely still
+        price = prices[i]
+        if q * cost <= MARGIN * price * yielded:
+            continue  # too dear for this request; a cheaper one's token may still pay
         ks[i] += 1
         room -= 1
-        cost += r
+        cost += price
         yielded += q
         if ks[i] < candidates[i][1]:
             heapq.heappush(heap, (-(q * p), i, p))
@@ -98,3 +105,11 @@ def plan_drafts(
         if ks[i] < state.params.n_min:
             ks[i] = 0
     return ks
+
+
+def token_cost_from(decode_s: float, per_token_s: float, default: float = 0.15) -> float:
+    """r for `SchedulerConfig.spec_token_cost` from measured step times (the default where they
+    are not believable)."""
+    if not (decode_s > 0 and per_token_s > 0) or per_token_s != per_token_s:
+        return default
+    return min(max(per_token_s / decode_s, 0.01), 1.0)

@@ -6,21 +6,21 @@ text, token for token (the fake's logits depend only on the history, as identica
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pytest
 from fake_runner import FakeRunner, default_next
 from sched_harness import Harness, greedy
 
-from outpost.messages import RequestRejected, SamplingParams, SpecParams
+from outpost.messages import RequestRejected, SamplingParams, SpecParams, SpecRequest
 from outpost.scheduler import SchedulerConfig
 from outpost.scheduler.drafters import NgramMod, NgramSimple
 from outpost.scheduler.speculation import SpecState, plan_drafts
 
-NGRAM_SIMPLE = SpecParams("ngram-simple", n_max=16)
-NGRAM_MOD = SpecParams("ngram-mod", n_max=16)
-DRAFT = SpecParams("draft", n_max=8)
+NGRAM_SIMPLE = SpecRequest("ngram-simple", n_max=16)
+NGRAM_MOD = SpecRequest("ngram-mod", n_max=16)
+DRAFT = SpecRequest("draft", n_max=8)
 ALL = [NGRAM_SIMPLE, NGRAM_MOD, DRAFT]
 
 
@@ -40,7 +40,7 @@ def copying_runner(prompt: Sequence[int], copy_from: int, n_copy: int, **kwargs:
     return runner
 
 
-def half_right_draft(runner: FakeRunner):  # noqa: ANN201 - a fake draft model
+def half_right_draft(runner: FakeRunner):
     """A draft model that agrees with the target but errs on every fourth token of its draft."""
 
     def draft(history: list[int], n: int) -> list[int]:
@@ -57,7 +57,11 @@ def half_right_draft(runner: FakeRunner):  # noqa: ANN201 - a fake draft model
 
 
 def run_all(
-    config: SchedulerConfig, prompts: list[list[int]], runner: FakeRunner, spec: SpecParams | None, **kw: object
+    config: SchedulerConfig,
+    prompts: list[list[int]],
+    runner: FakeRunner,
+    spec: SpecRequest | None,
+    **kw: object,
 ) -> tuple[Harness, list[str]]:
     h = Harness(config, runner)
     rids = [h.add(p, speculative=spec, **kw) for p in prompts]
@@ -67,15 +71,18 @@ def run_all(
 
 def config(**kw: object) -> SchedulerConfig:
     base = {"n_slots": 4, "n_ctx": 4096, "n_ctx_seq": 1024, "step_token_budget": 256, "draft_model": True}
+    base["draft_token_cost"] = 0.05  # the fake draft model costs nothing
     base.update(kw)
     return SchedulerConfig(**base)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("spec", ALL, ids=lambda s: s.type)
-def test_greedy_output_is_token_for_token_the_same(spec: SpecParams) -> None:
+def test_greedy_output_is_token_for_token_the_same(spec: SpecRequest) -> None:
     doc = document(300)
-    prompt = doc + [27] + doc[:40]  # the answer goes on copying the document
-    plain, [r0] = run_all(config(), [prompt], copying_runner(prompt, 40, 120), None, max_tokens=150, sampling=greedy())
+    prompt = [*doc, 27, *doc[:40]]  # the answer goes on copying the document
+    plain, [r0] = run_all(
+        config(), [prompt], copying_runner(prompt, 40, 120), None, max_tokens=150, sampling=greedy()
+    )
     runner = copying_runner(prompt, 40, 120)
     runner.draft_model = half_right_draft(runner)
     fast, [r1] = run_all(config(), [prompt], runner, spec, max_tokens=150, sampling=greedy())
@@ -89,10 +96,10 @@ def test_greedy_output_is_token_for_token_the_same(spec: SpecParams) -> None:
 
 
 @pytest.mark.parametrize("spec", ALL, ids=lambda s: s.type)
-def test_same_output_under_preemption_and_prefix_sharing(spec: SpecParams) -> None:
+def test_same_output_under_preemption_and_prefix_sharing(spec: SpecRequest) -> None:
     """KV too small for all four: requests are preempted and recomputed; two share a prefix."""
     doc = document(200, seed=3)
-    prompts = [doc + [27] + doc[i * 10 : i * 10 + 30] for i in range(3)] + [doc[:150]]
+    prompts = [[*doc, 27, *doc[i * 10 : i * 10 + 30]] for i in range(3)] + [doc[:150]]
 
     def runner() -> FakeRunner:
         r = FakeRunner(capacity=700)
@@ -116,7 +123,7 @@ def test_same_output_under_preemption_and_prefix_sharing(spec: SpecParams) -> No
 def test_preemption_happens_mid_speculation() -> None:
     """A tight cache: a speculating request is preempted, recomputed, and still says the same."""
     doc = document(120, seed=5)
-    prompts = [doc + [27] + doc[:30], doc[5:] + [27] + doc[5:35]]
+    prompts = [[*doc, 27, *doc[:30]], [*doc[5:], 27, *doc[5:35]]]
 
     def runner() -> FakeRunner:
         r = FakeRunner(capacity=330)
@@ -137,11 +144,11 @@ def test_preemption_happens_mid_speculation() -> None:
 
 
 @pytest.mark.parametrize("spec", ALL, ids=lambda s: s.type)
-def test_a_stateful_chain_sees_the_accepted_tokens_in_order(spec: SpecParams) -> None:
+def test_a_stateful_chain_sees_the_accepted_tokens_in_order(spec: SpecRequest) -> None:
     """A grammar's (or seeded RNG's) state moves with every token it emits: the chain must see the
     output exactly, in order, and nothing it rejected."""
     doc = document(200, seed=7)
-    prompt = doc + [27] + doc[:30]
+    prompt = [*doc, 27, *doc[:30]]
 
     def oracle_runner() -> FakeRunner:
         r = FakeRunner(stateful_chains=True)
@@ -169,9 +176,9 @@ def test_a_stateful_chain_sees_the_accepted_tokens_in_order(spec: SpecParams) ->
 
 def test_rejected_positions_leave_the_kv_cache() -> None:
     doc = document(200, seed=9)
-    prompt = doc + [27] + doc[:20]
+    prompt = [*doc, 27, *doc[:20]]
     runner = FakeRunner()
-    runner.script(prompt, doc[20:40] + [5, 5, 5, 5] + doc[44:80])  # the copy breaks at 4 tokens
+    runner.script(prompt, [*doc[20:40], 5, 5, 5, 5, *doc[44:80]])  # the copy breaks at 4 tokens
     h = Harness(config(), runner)
     rid = h.add(prompt, 60, speculative=NGRAM_SIMPLE, sampling=greedy())
     h.run()
@@ -182,7 +189,7 @@ def test_rejected_positions_leave_the_kv_cache() -> None:
 
 def test_draft_tokens_stay_within_the_step_budget_and_after_decodes() -> None:
     doc = document(200, seed=11)
-    prompts = [doc + [27] + doc[i : i + 20] for i in range(4)]
+    prompts = [[*doc, 27, *doc[i : i + 20]] for i in range(4)]
     runner = FakeRunner()
     for i, p in enumerate(prompts):
         runner.script(p, doc[i + 20 : i + 120])
@@ -212,7 +219,7 @@ def test_sampled_output_with_a_seed_is_the_same_and_keeps_the_distribution() -> 
     prompts = [[3, 1, 2, 3] for _ in range(40)]
     sampling = [SamplingParams(temperature=1.0, seed=100 + i) for i in range(40)]
 
-    def run(spec: SpecParams | None) -> tuple[Harness, list[str], FakeRunner]:
+    def run(spec: SpecRequest | None) -> tuple[Harness, list[str], FakeRunner]:
         r = runner()
         h = Harness(config(n_slots=4), r)
         rids = [h.add(p, 60, speculative=spec, sampling=s) for p, s in zip(prompts, sampling, strict=True)]
@@ -220,13 +227,13 @@ def test_sampled_output_with_a_seed_is_the_same_and_keeps_the_distribution() -> 
         return h, rids, r
 
     plain, rids0, _ = run(None)
-    fast, rids1, fr = run(replace(DRAFT, n_max=4))
+    fast, rids1, fr = run(SpecRequest("draft", n_max=4))
     assert fr.verified > 0
     pairs: dict[tuple[int, int], int] = {}
     for a, b in zip(rids0, rids1, strict=True):
         assert fast.token_ids(b) == plain.token_ids(a)
-        seq = [2] + fast.token_ids(b)  # the prompt ends in 3... use the emitted chain only
-        for x, y in zip(seq[1:], seq[2:], strict=False):
+        seq = [3, *fast.token_ids(b)]  # the prompt ends in 3: the first token is drawn after it
+        for x, y in itertools.pairwise(seq):
             pairs[(x, y)] = pairs.get((x, y), 0) + 1
     assert chi_square(pairs, probs) < 30.6  # 15 degrees of freedom, p = 0.01
 
@@ -251,7 +258,7 @@ def test_a_biased_verifier_fails_the_chi_square() -> None:
 
 
 def test_draft_length_follows_acceptance() -> None:
-    good, bad = SpecState(NGRAM_SIMPLE), SpecState(NGRAM_SIMPLE)
+    good, bad = SpecState(SpecParams("ngram-simple", 16)), SpecState(SpecParams("ngram-simple", 16))
     for _ in range(10):
         good.record(8, 8)
         bad.record(8, 0)
@@ -262,7 +269,7 @@ def test_draft_length_follows_acceptance() -> None:
 
 
 def test_speculation_turns_off_when_the_step_is_compute_bound() -> None:
-    states = [SpecState(NGRAM_SIMPLE) for _ in range(8)]
+    states = [SpecState(SpecParams("ngram-simple", 16)) for _ in range(8)]
     for s in states:
         for _ in range(5):
             s.record(8, 6)  # p ~ 0.86
@@ -278,7 +285,7 @@ def test_speculation_turns_off_when_the_step_is_compute_bound() -> None:
 def test_a_bad_drafter_costs_few_verified_tokens() -> None:
     """Drafts that are always wrong: after a few tries the request only probes now and then."""
     doc = document(100, seed=13)
-    prompt = doc + [27]
+    prompt = [*doc, 27]
     runner = FakeRunner()
     runner.draft_model = lambda history, n: [1 + (default_next(history) % 26)] * n  # never right
     h = Harness(config(), runner)
@@ -291,11 +298,11 @@ def test_a_bad_drafter_costs_few_verified_tokens() -> None:
 
 def test_request_override_and_the_engine_default() -> None:
     doc = document(200, seed=15)
-    prompt = doc + [27] + doc[:30]
+    prompt = [*doc, 27, *doc[:30]]
     runner = copying_runner(prompt, 30, 60)
-    h = Harness(config(speculative=NGRAM_SIMPLE), runner)
+    h = Harness(config(speculative=SpecParams("ngram-simple", 16)), runner)
     on = h.add(prompt, 50, sampling=greedy())
-    off = h.add(prompt, 50, sampling=greedy(), speculative=SpecParams("none"))
+    off = h.add(prompt, 50, sampling=greedy(), speculative=SpecRequest("none"))
     h.run()
     assert h.final(on).timings.draft_n > 0  # type: ignore[union-attr]
     assert h.final(off).timings.draft_n == 0  # type: ignore[union-attr]
@@ -307,12 +314,17 @@ def test_draft_type_without_a_draft_model_is_rejected() -> None:
     with pytest.raises(RequestRejected, match="draft model"):
         h.add([1, 2, 3], 5, speculative=DRAFT)
     with pytest.raises(ValueError, match="draft model"):
-        config(draft_model=False, speculative=DRAFT)
+        config(draft_model=False, speculative=SpecParams("draft"))
 
 
 def test_bad_spec_params_are_refused() -> None:
     with pytest.raises(ValueError, match="type"):
-        SpecParams("ngram-cache")
+        SpecRequest("ngram-cache")
+    with pytest.raises(ValueError, match="n_max"):
+        SpecRequest(n_max=1000)
+    h = Harness(config(), FakeRunner())
+    with pytest.raises(RequestRejected, match="n_min"):
+        h.add([1, 2, 3], 5, speculative=SpecRequest("ngram-simple", n_max=2, n_min=4))
     with pytest.raises(ValueError, match="n_min"):
         SpecParams("ngram-simple", n_max=2, n_min=4)
 

@@ -1,0 +1,122 @@
+"""The draft model (`-md`): a second, smaller model with the target's vocabulary that drafts the
+tokens speculative decoding verifies (`DraftAsk` in, drafts out; see outpost/scheduler/speculation.py).
+
+It has its own context and KV, shaped as the target's (same sequence ids, one per slot), on the
+engine thread, and is driven by the target's runner after each step's sampling. Each sequence's
+draft KV is kept as a copy of the request's history: a step only evaluates what is new since the
+last draft (the token sampled after the accepted draft tokens; the whole prompt the first time),
+found by the longest common prefix with what the KV holds, then drafts greedily one token per
+decode for every asking sequence together.
+"""
+
+from __future__ import annotations
+
+import time
+
+from outpost.engine.batch import TokenBatch
+from outpost.engine.lib import llama
+from outpost.engine.logits import logits_row
+from outpost.engine.model import LoadedModel, ModelLoadError
+from outpost.scheduler.output import BatchChunk, DraftAsk
+from outpost.scheduler.slots import common_prefix_len
+
+
+class DraftModel:
+    """Owns the draft model's context; `draft()` answers one step's asks."""
+
+    def __init__(self, model: LoadedModel, target_n_vocab: int) -> None:
+        if model.vocab.n_tokens != target_n_vocab:
+            model.close()
+            raise ModelLoadError(
+                f"the draft model has {model.vocab.n_tokens} tokens, the target {target_n_vocab}: "
+                "a draft model must share the target's vocabulary"
+            )
+        self.model = model
+        self.batch = TokenBatch(model.n_batch)
+        self.cached: dict[int, list[int]] = {}  # seq id -> the tokens its draft KV holds
+
+    def draft(self, asks: list[DraftAsk], outputs: dict[int, list[int]]) -> dict[int, list[int]]:
+        """Drafts for each ask: its history plus this step's `outputs` for its seq id, continued."""
+        histories = {a.seq_id: a.history + outputs.get(a.seq_id, []) for a in asks}
+        wanted = {a.seq_id: a.n_max for a in asks}
+        pending = self._catch_up(histories)
+        if pending is None:
+            return {}
+        drafts: dict[int, list[int]] = {seq: [] for seq in histories}
+        n_vocab = self.model.vocab.n_tokens
+        ctx = self.model.ctx
+        while pending:
+            chunks = []
+            for seq, index in pending.items():
+                token = int(logits_row(ctx, index, n_vocab).argmax())
+                drafts[seq].append(token)
+                if len(drafts[seq]) < wanted[seq]:
+                    chunks.append(BatchChunk(seq, [token], len(self.cached[seq]), True))
+            if not chunks:
+                break
+            pending = self._decode(chunks)
+            if pending is None:
+                return {}
+        return drafts
+
+    def _catch_up(self, histories: dict[int, list[int]]) -> dict[int, int] | None:
+        """Evaluates what each sequence's KV lacks of its history; seq id -> its last row."""
+        mem = self.model.memory
+        chunks = []
+        for seq, history in histories.items():
+            held = self.cached.get(seq, [])
+            # The last token is evaluated again if held already: its logits are the ones we need.
+            keep = common_prefix_len(held, history, len(history) - 1)
+            llama.llama_memory_seq_rm(mem, seq, keep, -1)
+            self.cached[seq] = held[:keep]
+            chunks.append(BatchChunk(seq, history[keep:], keep, True))
+        last: dict[int, int] = {}
+        room = self.model.n_batch
+        while chunks:
+            step: list[BatchChunk] = []
+            rest: list[BatchChunk] = []
+            used = 0
+            for c in chunks:
+                n = min(len(c.tokens), room - used)
+                if n <= 0:
+                    rest.append(c)
+                    continue
+                done = n == len(c.tokens)
+                step.append(BatchChunk(c.seq_id, c.tokens[:n], c.start_pos, done))
+                if not done:
+                    rest.append(BatchChunk(c.seq_id, c.tokens[n:], c.start_pos + n, True))
+                used += n
+            rows = self._decode(step)
+            if rows is None:
+                return None
+            last.update(rows)
+            chunks = rest
+        return last
+
+    def _decode(self, chunks: list[BatchChunk]) -> dict[int, int] | None:
+        """One llama_decode; seq id -> the batch row of its logits. None (and the draft KV
+        cleared) when it fails: drafting is an optimisation, never an error."""
+        if not self.model.kv_unified:
+            chunks = sorted(chunks, key=lambda c: c.seq_id)
+        rows = self.batch.fill(chunks)
+        if int(llama.llama_decode(self.model.ctx, self.batch.struct)) != 0:
+            llama.llama_memory_clear(self.model.memory, True)
+            self.cached.clear()
+            return None
+        for c in chunks:
+            self.cached.setdefault(c.seq_id, []).extend(c.tokens)
+        return rows
+
+    def measure_step_s(self, tries: int = 5) -> float:
+        """Seconds one draft step takes (a one-token decode, the fastest of a few tries)."""
+        best = float("inf")
+        for _ in range(tries):
+            started = time.perf_counter()
+            self._decode([BatchChunk(0, [0], 0, True)])
+            best = min(best, time.perf_counter() - started)
+            llama.llama_memory_seq_rm(self.model.memory, 0, -1, -1)
+            self.cached.pop(0, None)
+        return best
+
+    def close(self) -> None:
+        self.model.close()

@@ -1,0 +1,125 @@
+"""Speculative decoding on real llama.cpp (the synthetic tiny model): drafts verified in the batch.
+
+Verifying a draft decodes several positions of a sequence at once, which may move the logits by
+rounding (llama-server's own speculative arms part from its plain arm too). So greedy output must
+equal plain decoding's wherever the logits leave no near-tie: at any token where the two part,
+the plain run's two best candidates must be within a hair of each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from outpost.engine.config import EngineConfig
+from outpost.messages import GenerateRequest, SamplingParams, SpecParams, SpecRequest, TokenEvent
+from outpost.runtime import Engine
+
+GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, n_probs=2)
+NEAR_TIE = 0.05  # logits: a parting where the best two were further apart is a real difference
+
+
+def _engine(model: Path, **kw: object) -> Engine:
+    config = EngineConfig(
+        model_path=str(model),
+        n_ctx=4 * 512,
+        n_seq_max=4,
+        n_batch=128,
+        n_threads=1,
+        kv_cache_type="f32",
+        flash_attn="off",
+    )
+    return Engine(config, prefix_cache=False, prefill_budget="off", **kw)  # type: ignore[arg-type]
+
+
+async def _run(engine: Engine, req: GenerateRequest) -> tuple[list[int], TokenEvent, list[float]]:
+    tokens: list[int] = []
+    gaps: list[float] = []
+    last: TokenEvent | None = None
+    async for event in engine.client.generate(req):
+        tokens += event.token_ids
+        for lp in event.logprobs or []:
+            gaps.append(lp.top[0][1] - lp.top[1][1] if len(lp.top) > 1 else float("inf"))
+        last = event
+    assert last is not None and last.finished and last.error is None, last
+    return tokens, last, gaps
+
+
+def _prompts(eng: Engine) -> list[list[int]]:
+    text = "The quick brown fox jumps over the lazy dog. " * 6
+    return [eng.tokenize_prompt(f"{i}: {text} Repeat: {text[: 20 + 9 * i]}") for i in range(4)]
+
+
+def _compare(eng: Engine, spec: SpecRequest) -> tuple[int, int, int]:
+    """(identical outputs, draft tokens, accepted), checking every parting is a near-tie."""
+    same = drafted = accepted = 0
+    for prompt in _prompts(eng):
+        plain, _, gaps = asyncio.run(
+            _run(eng, GenerateRequest(prompt, 96, GREEDY, speculative=SpecRequest("none")))
+        )
+        fast, last, _ = asyncio.run(_run(eng, GenerateRequest(prompt, 96, GREEDY, speculative=spec)))
+        assert last.timings is not None and len(fast) == 96
+        drafted += last.timings.draft_n
+        accepted += last.timings.draft_n_accepted
+        if fast == plain:
+            same += 1
+            continue
+        parting = next(i for i, (a, b) in enumerate(zip(plain, fast, strict=True)) if a != b)
+        assert gaps[parting] < NEAR_TIE, (
+            f"parted at {parting} where the top two were {gaps[parting]:.3f} apart"
+        )
+    return same, drafted, accepted
+
+
+def test_ngram_speculation_keeps_greedy_output(tiny_model: Path) -> None:
+    """ngram-simple with 2-token n-grams: the random model's short repeats get drafted (llama.cpp's
+    12-token default finds none in its output; ngram-mod's 24 neither: the unit tests cover it)."""
+    with _engine(tiny_model, ngram_simple=(2, 8)) as eng:
+        same, drafted, accepted = _compare(eng, SpecRequest("ngram-simple", n_max=16, n_min=0))
+    assert drafted > 0 and accepted > 0, "nothing was speculated: the test proves nothing"
+    assert same >= 3, f"only {same} of 4 greedy outputs identical"
+
+
+def test_draft_model_speculation(tiny_model: Path) -> None:
+    """The target as its own draft model: the same network, so nearly every draft token is kept."""
+    with _engine(
+        tiny_model, speculative=SpecParams("draft", n_max=8), draft_model_path=str(tiny_model)
+    ) as eng:
+        same, drafted, accepted = _compare(eng, SpecRequest("draft"))
+    assert drafted > 0 and accepted / drafted > 0.8, (drafted, accepted)
+    assert same >= 3
+
+
+def test_a_grammar_sees_accepted_tokens_in_order(tiny_model: Path) -> None:
+    """A grammar-constrained request verifies drafts (the draft model knows no grammar) and says
+    what it says without speculation."""
+    grammar = 'root ::= "[" item ("," item)* "]"\nitem ::= [0-9]+'
+    sampling = SamplingParams(temperature=0.0, grammar=grammar)
+    with _engine(
+        tiny_model, speculative=SpecParams("draft", n_max=8), draft_model_path=str(tiny_model)
+    ) as eng:
+        prompt = eng.tokenize_prompt("Numbers: [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20] again:")
+        plain, _, _ = asyncio.run(
+            _run(eng, GenerateRequest(prompt, 80, sampling, speculative=SpecRequest("none")))
+        )
+        fast, last, _ = asyncio.run(_run(eng, GenerateRequest(prompt, 80, sampling)))
+        text = eng.vocab.detokenize(fast)
+    assert last.timings is not None and last.timings.draft_n > 0
+    assert fast == plain
+    assert text.startswith("[") and set(text) <= set("[],0123456789"), text
+
+
+def test_sampled_requests_speculate_with_a_seed(tiny_model: Path) -> None:
+    """A seeded sampled request draws once per emitted token: the same text with or without drafts
+    (where the logits agree)."""
+    sampling = SamplingParams(temperature=0.7, seed=42, ignore_eos=True)
+    with _engine(tiny_model, ngram_simple=(2, 8)) as eng:
+        prompt = _prompts(eng)[0]
+        plain, _, _ = asyncio.run(
+            _run(eng, GenerateRequest(prompt, 64, sampling, speculative=SpecRequest("none")))
+        )
+        fast, last, _ = asyncio.run(
+            _run(eng, GenerateRequest(prompt, 64, sampling, speculative=SpecRequest("ngram-simple", n_max=8)))
+        )
+    assert last.timings is not None and last.timings.draft_n_accepted > 0
+    assert fast == plain
