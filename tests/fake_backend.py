@@ -75,6 +75,7 @@ class FakeStream:
             return TokenEvent(self.request_id, finish_reason=FinishReason.LENGTH, timings=timings)
         finish = FinishReason.LENGTH if n == req.max_tokens else FinishReason.STOP
         timings = Timings(prompt_n=len(req.prompt_tokens), predicted_n=n)
+        timings.draft_n, timings.draft_n_accepted = self._backend.draft_counts
         return TokenEvent(self.request_id, finish_reason=finish, timings=timings)
 
     async def __aiter__(self) -> AsyncIterator[TokenEvent]:
@@ -133,6 +134,7 @@ class FakeBackend:
         self.max_running = 0  # the most requests it ever ran at once
         self.worker_n_ctx_seq: int | None = None
         self.closed = False
+        self.draft_counts = (0, 0)  # (draft_n, draft_n_accepted) every reply's timings report
 
     @classmethod
     def counting(cls, slots: int = 2, step_s: float = 0.01, n_ctx_seq: int = 4096) -> FakeBackend:
