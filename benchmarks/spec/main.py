@@ -18,10 +18,12 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from common import free_port, log, wait_ready
 
+from outpost.models import outpost_home
 from spec.arms import Arm
 from spec.measure import PassResult, run_pass
 from spec.report import report
@@ -40,6 +42,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=256, help="per request at 1 stream (half at more)")
     p.add_argument("--no-llama-server", action="store_true")
     p.add_argument("--no-draft", action="store_true", help="skip the draft-model check")
+    p.add_argument("--draft-streams", default="1", help="stream counts the draft-model arms run at")
     p.add_argument("--out", type=Path, default=Path("bench-results/spec"))
     return p.parse_args(argv)
 
@@ -58,10 +61,9 @@ def llama_server_binary() -> str:
 
 def f16_target(model: Path) -> Path:
     """The q4_1 model as f16, converted with Outpost's own tool (once)."""
-    out = model.with_name(model.stem + ".f16.gguf")
+    out = outpost_home() / "bench" / (model.stem + ".f16.gguf")
     if not out.exists():
-        out = Path("bench-results") / (model.stem + ".f16.gguf")
-    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
         cmd = [
             sys.executable,
             "-m",
@@ -132,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             for n in streams:
                 order = arms if rnd % 2 else list(reversed(arms))  # interleaved, both directions
                 for arm in order:
+                    if arm.model != args.model and str(n) not in args.draft_streams.split(","):
+                        continue
                     max_tokens = args.max_tokens if n == 1 else args.max_tokens // 2
                     started = time.perf_counter()
                     res = asyncio.run(run_pass(servers.urls[arm.label], tasks, n, max_tokens))
@@ -144,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
                         results[arm.label][n].append(res)
     finally:
         servers.stop()
+        raw = {
+            label: {n: [[asdict(r) for r in p.replies] for p in passes] for n, passes in by_n.items()}
+            for label, by_n in results.items()
+        }
+        (args.out / "raw.json").write_text(json.dumps(raw) + "\n")
     document = report(results, arms, tasks, servers.argv, args.out)
     (args.out / "results.json").write_text(json.dumps(document, indent=2) + "\n")
     log(f"wrote {args.out}/results.json and plots")

@@ -1,9 +1,9 @@
 """One measured pass of one arm at one stream count: requests streamed over HTTP, timed at the client.
 
 Decode tok/s counts the tokens after each request's first and the time from its first token to its
-last; with several streams it is the aggregate: every request's tokens after its first over the time
-from the earliest first token to the latest last one. Tokens are the server's own count (`usage`);
-drafted and accepted counts its `timings` (llama-server's `draft_n`, `draft_n_accepted`).
+last; with several streams it is the aggregate: the sum of every stream's own rate. Tokens are the
+server's own count (`usage`); drafted and accepted counts its `timings` (llama-server's `draft_n`,
+`draft_n_accepted`).
 """
 
 from __future__ import annotations
@@ -45,11 +45,17 @@ class PassResult:
             ok = [r for r in ok if r.task in tasks]
         if not ok:
             return None
-        if self.streams == 1:  # one after another: each request's own decode time
+        rates = [
+            (r.tokens - 1) / ((r.last_s or 0.0) - (r.first_s or 0.0)) for r in ok if r.last_s != r.first_s
+        ]
+        if not rates:
+            return None
+        if self.streams == 1:  # one after another: tokens over each request's own decode time
             span = sum((r.last_s or 0.0) - (r.first_s or 0.0) for r in ok)
-        else:
-            span = max(r.last_s or 0.0 for r in ok) - min(r.first_s or 0.0 for r in ok)
-        return sum(r.tokens - 1 for r in ok) / span if span > 0 else None
+            return sum(r.tokens - 1 for r in ok) / span
+        # Together: the sum of each stream's own rate (their prompts arrive at once and are read
+        # beside the others' decoding, so a span from the first first token would time prefill).
+        return sum(rates) * self.streams / len(rates) if tasks is None else sum(rates)
 
 
 async def _one(client: httpx.AsyncClient, url: str, task: Task, max_tokens: int) -> Reply:
