@@ -11,16 +11,30 @@ A flag that takes "auto" or a number parses with `int_or_auto` and is typed `int
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from outpost.messages import SpecParams
 from outpost.scheduler.budget import parse_prefill_budget
 from outpost.settings.fields import Block, existing_file, read_text, setting
 from outpost.sizing import int_or_auto
 
 Auto = Literal["auto"]
+SpecType = Literal["none", "ngram-simple", "ngram-mod", "draft"]
+
+
+def _spec_type(text: str) -> str:
+    """--spec-type's value: llama-server's names; `draft-simple` (its draft model type) is `draft`."""
+    word = text.strip().lower()
+    word = "draft" if word == "draft-simple" else word
+    if word not in ("none", "ngram-simple", "ngram-mod", "draft"):
+        raise argparse.ArgumentTypeError(f"expected none, ngram-simple, ngram-mod or draft, got {text!r}")
+    return word
+
+
 Switch3 = Literal["auto", "on", "off"]
 _SWITCH3 = ("auto", "on", "off")
 
@@ -124,14 +138,55 @@ class EngineSettings(Block):
     chat_template: str | None = setting(
         None, "--chat-template", help="jinja chat template file overriding the model's"
     )
+    # Speculative decoding, with llama-server's spellings (outpost/scheduler/speculation.py).
+    spec_type: SpecType | None = setting(
+        None,
+        "--spec-type",
+        help="speculative decoding: none, ngram-simple, ngram-mod (drafts from the request's own text) "
+        "or draft (a draft model, -md; draft-simple is read as draft); default: draft with -md, else none",
+        parse=_spec_type,
+    )
+    model_draft: str | None = setting(
+        None, "-md", "--model-draft", help="draft model GGUF for speculative decoding (same vocabulary)"
+    )
+    spec_draft_n_max: int = setting(
+        16,
+        "--spec-draft-n-max",
+        help="most draft tokens verified per step (default 16)",
+        parse=int,
+        ge=0,
+        le=256,
+    )
+    spec_draft_n_min: int = setting(
+        0,
+        "--spec-draft-n-min",
+        help="drafts shorter than this are not verified (default 0)",
+        parse=int,
+        ge=0,
+        le=256,
+    )
     embedding_model: str | None = setting(
         None, "--embedding-model", help="GGUF for /v1/embeddings (default: the served model)"
     )
 
-    @field_validator("embedding_model")
+    @field_validator("embedding_model", "model_draft")
     @classmethod
     def _file_exists(cls, path: str | None) -> str | None:
         return existing_file(path)
+
+    @model_validator(mode="after")
+    def _speculation_fits(self) -> Self:
+        if self.spec_draft_n_min > self.spec_draft_n_max:
+            raise ValueError("--spec-draft-n-min must not exceed --spec-draft-n-max")
+        if self.spec_type == "draft" and self.model_draft is None:
+            raise ValueError("--spec-type draft needs a draft model: give it with -md/--model-draft")
+        return self
+
+    @property
+    def speculative(self) -> SpecParams:
+        """The speculative decoding requests get unless they ask otherwise."""
+        kind = self.spec_type or ("draft" if self.model_draft else "none")
+        return SpecParams(kind, self.spec_draft_n_max, self.spec_draft_n_min)
 
     @model_validator(mode="after")
     def _batch_holds_the_slots(self) -> Self:

@@ -14,24 +14,21 @@ import pytest
 from fake_backend import FakeBackend
 
 from outpost.api.app import create_app
-from outpost.api.config import ServerConfig, build_server_config
 from outpost.cluster import wire
 from outpost.messages import FinishReason, GenerateRequest, SpecParams, SpecRequest, Timings, TokenEvent
-from outpost.spec_options import SPEC_OPTIONS, add_spec_flags
+from outpost.settings import EngineSettings, HttpSettings
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 
 
 @pytest.fixture()
-def config(tmp_path: Path) -> ServerConfig:
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    return ServerConfig(model_path=str(model), model_id="m")
+def config() -> HttpSettings:
+    return HttpSettings()
 
 
-def _post(config: ServerConfig, backend: FakeBackend, body: dict[str, Any]) -> tuple[httpx.Response, str]:
+def _post(config: HttpSettings, backend: FakeBackend, body: dict[str, Any]) -> tuple[httpx.Response, str]:
     async def main() -> tuple[httpx.Response, str]:
-        app = create_app({"m": backend}, config)
+        app = create_app({"m": backend}, config, "m")
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             reply = await client.post("/v1/chat/completions", json=body)
@@ -41,7 +38,7 @@ def _post(config: ServerConfig, backend: FakeBackend, body: dict[str, Any]) -> t
     return asyncio.run(main())
 
 
-def test_llama_server_flat_fields_reach_the_engine_and_counts_come_back(config: ServerConfig) -> None:
+def test_llama_server_flat_fields_reach_the_engine_and_counts_come_back(config: HttpSettings) -> None:
     backend = FakeBackend("hello")
     backend.draft_counts = (40, 30)
     body = {**CHAT, "speculative.type": "ngram-mod", "speculative.n_max": 8, "speculative.n_min": 2}
@@ -54,7 +51,7 @@ def test_llama_server_flat_fields_reach_the_engine_and_counts_come_back(config: 
     assert "outpost_draft_accepted_tokens_total 30.0" in metrics
 
 
-def test_the_object_form_and_no_field_at_all(config: ServerConfig) -> None:
+def test_the_object_form_and_no_field_at_all(config: HttpSettings) -> None:
     backend = FakeBackend("hello")
     reply, _ = _post(config, backend, {**CHAT, "speculative": {"type": "none"}})
     assert reply.status_code == 200
@@ -68,7 +65,7 @@ def test_the_object_form_and_no_field_at_all(config: ServerConfig) -> None:
     "extra",
     [{"speculative.type": "eagle"}, {"speculative.n_max": 9999}, {"speculative": {"n_max": 2, "n_min": 5}}],
 )
-def test_bad_speculative_fields_are_a_4xx(config: ServerConfig, extra: dict[str, Any]) -> None:
+def test_bad_speculative_fields_are_a_4xx(config: HttpSettings, extra: dict[str, Any]) -> None:
     reply, _ = _post(config, FakeBackend("hello"), {**CHAT, **extra})
     assert reply.status_code in (400, 422), reply.text
     assert "error" in reply.json()
@@ -94,16 +91,21 @@ def test_flags_with_llama_server_spellings(tmp_path: Path) -> None:
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     p = argparse.ArgumentParser()
-    add_spec_flags(p)
-    args = p.parse_args(["-md", str(model), "--spec-draft-n-max", "8", "--spec-draft-n-min", "1"])
-    options = {name: getattr(args, name) for name in SPEC_OPTIONS}
-    config = build_server_config({"model_path": str(model), **options})
-    assert config.speculative == SpecParams("draft", 8, 1)  # -md alone means the draft type
-    args = p.parse_args(["--spec-type", "ngram-simple"])
-    config = build_server_config({"model_path": str(model), **{n: getattr(args, n) for n in SPEC_OPTIONS}})
-    assert config.speculative == SpecParams("ngram-simple", 16, 0)
+    EngineSettings.add_to(p)
+
+    def settings(*argv: str) -> EngineSettings:
+        return EngineSettings.from_args(p.parse_args(list(argv)))
+
+    # -md alone means the draft type
+    assert settings("-md", str(model), "--spec-draft-n-max", "8", "--spec-draft-n-min", "1").speculative == (
+        SpecParams("draft", 8, 1)
+    )
+    assert settings("--spec-type", "ngram-simple").speculative == SpecParams("ngram-simple", 16, 0)
+    assert settings().speculative == SpecParams("none", 16, 0)
     assert p.parse_args(["--spec-type", "draft-simple"]).spec_type == "draft"
     with pytest.raises(SystemExit):
         p.parse_args(["--spec-type", "ngram-cache"])
     with pytest.raises(ValueError, match="draft model"):
-        build_server_config({"model_path": str(model), "spec_type": "draft"})
+        settings("--spec-type", "draft")
+    with pytest.raises(ValueError, match="n-min"):
+        settings("--spec-type", "ngram-mod", "--spec-draft-n-max", "2", "--spec-draft-n-min", "3")
