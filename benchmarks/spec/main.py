@@ -107,8 +107,12 @@ class Servers:
             )
             self.procs.append(subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT))
             self.urls[arm.label] = f"http://127.0.0.1:{port}"
-        for proc, url in zip(self.procs, self.urls.values(), strict=True):
-            wait_ready(url, proc, 600)
+        try:
+            for proc, url in zip(self.procs, self.urls.values(), strict=True):
+                wait_ready(url, proc, 600)
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         for proc in self.procs:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from outpost.models.corpus import load_corpus
 
-DOC_WORDS = 200
+DOC_WORDS = 120
 
 
 @dataclass(frozen=True)

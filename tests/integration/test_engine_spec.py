@@ -36,7 +36,7 @@ async def _run(engine: Engine, req: GenerateRequest) -> tuple[list[int], TokenEv
     tokens: list[int] = []
     gaps: list[float] = []
     last: TokenEvent | None = None
-    async for event in engine.client.generate(req):
+    async for event in engine.client.open(req):
         tokens += event.token_ids
         for lp in event.logprobs or []:
             gaps.append(lp.top[0][1] - lp.top[1][1] if len(lp.top) > 1 else float("inf"))

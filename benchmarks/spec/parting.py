@@ -1,0 +1,77 @@
+"""Where speculative greedy output parts from plain greedy output on real llama.cpp, and why.
+
+Runs the benchmark's tasks in-process (one engine, f32-free defaults as served) without and with
+each n-gram drafter, greedy, with the two best logprobs at every token of the plain run: the share
+of identical texts, and at each parting the plain run's top-2 gap there (logprob differences equal
+logit differences). A parting at a near-tie is rounding of batched verification, not a bug.
+
+    python benchmarks/spec/parting.py MODEL.gguf [--max-tokens 96] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from outpost.engine.config import EngineConfig
+from outpost.messages import GenerateRequest, SamplingParams, SpecRequest
+from outpost.runtime import Engine
+from spec.tasks import make_tasks
+
+
+async def _run(
+    engine: Engine, prompt: list[int], n: int, spec: str
+) -> tuple[list[int], list[float], int, int]:
+    sampling = SamplingParams(temperature=0.0, n_probs=2)
+    req = GenerateRequest(prompt, n, sampling, speculative=SpecRequest(spec))
+    tokens: list[int] = []
+    gaps: list[float] = []
+    drafted = accepted = 0
+    async for event in engine.client.open(req):
+        tokens += event.token_ids
+        gaps += [lp.top[0][1] - lp.top[1][1] for lp in event.logprobs or [] if len(lp.top) > 1]
+        if event.timings is not None:
+            drafted, accepted = event.timings.draft_n, event.timings.draft_n_accepted
+    return tokens, gaps, drafted, accepted
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("model")
+    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    config = EngineConfig(model_path=args.model, n_ctx=4096, n_seq_max=2, n_threads=args.threads)
+    rows = []
+    with Engine(config, prefix_cache=False) as engine:
+        for task in make_tasks():
+            prompt = engine.tokenize_prompt(engine.render_chat(task.messages()))
+            plain, gaps, _, _ = asyncio.run(_run(engine, prompt, args.max_tokens, "none"))
+            for spec in ("ngram-simple", "ngram-mod"):
+                fast, _, drafted, accepted = asyncio.run(_run(engine, prompt, args.max_tokens, spec))
+                at = next((i for i, (a, b) in enumerate(zip(plain, fast, strict=False)) if a != b), None)
+                if at is None and len(plain) != len(fast):
+                    at = min(len(plain), len(fast))
+                gap = gaps[at] if at is not None and at < len(gaps) else None
+                row = {
+                    "task": task.name,
+                    "spec": spec,
+                    "identical": at is None,
+                    "parting": at,
+                    "top2_gap": gap,
+                }
+                row |= {"draft_n": drafted, "draft_n_accepted": accepted}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    same = sum(r["identical"] for r in rows)
+    print(json.dumps({"identical": f"{same}/{len(rows)}"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
