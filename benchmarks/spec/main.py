@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from common import free_port, log, wait_ready
+from harness.common import free_port, log, wait_ready
 
 from outpost.models import outpost_home
 from spec.arms import Arm

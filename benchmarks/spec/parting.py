@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the entry points have it
 
 from outpost.engine.config import EngineConfig
 from outpost.messages import GenerateRequest, SamplingParams, SpecRequest
