@@ -1,4 +1,4 @@
-"""Entry point of the speculative decoding benchmark (benchmarks/spec/): `python benchmarks/spec.py --help`."""
+"""Entry point of the speculative decoding benchmark (benchmarks/spec/): `python benchmarks/spec.py -h`."""
 
 from spec.main import main
 

@@ -22,7 +22,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness.common import free_port, log, wait_ready
-
 from outpost.models import outpost_home
 from spec.arms import Arm
 from spec.measure import PassResult, run_pass
