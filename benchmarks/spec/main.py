@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -42,6 +43,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-llama-server", action="store_true")
     p.add_argument("--no-draft", action="store_true", help="skip the draft-model check")
     p.add_argument("--draft-streams", default="1", help="stream counts the draft-model arms run at")
+    p.add_argument(
+        "--short-warmup", action="store_true", help="warm up with one request per arm, not a whole pass"
+    )
     p.add_argument("--out", type=Path, default=Path("bench-results/spec"))
     return p.parse_args(argv)
 
@@ -126,6 +130,8 @@ class Servers:
 
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
+    # A SIGTERM (a timeout) ends the run through `finally`: the servers stop, raw.json is written.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     streams = [int(s) for s in args.streams.split(",")]
     tasks = make_tasks()
     arms = _arms(args)
@@ -141,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     max_tokens = args.max_tokens if n == 1 else args.max_tokens // 2
                     started = time.perf_counter()
-                    res = asyncio.run(run_pass(servers.urls[arm.label], tasks, n, max_tokens))
+                    todo = tasks[:1] if rnd == 0 and args.short_warmup else tasks
+                    res = asyncio.run(run_pass(servers.urls[arm.label], todo, n, max_tokens))
                     rate = res.decode_tok_s()
                     log(
                         f"round {rnd} {arm.label:34s} {n} streams: {rate or 0:6.1f} tok/s "
