@@ -109,3 +109,23 @@ def test_flags_with_llama_server_spellings(tmp_path: Path) -> None:
         settings("--spec-type", "draft")
     with pytest.raises(ValueError, match="n-min"):
         settings("--spec-type", "ngram-mod", "--spec-draft-n-max", "2", "--spec-draft-n-min", "3")
+
+
+def test_outpost_bench_records_the_draft_counts() -> None:
+    from outpost.bench.client import _on_event
+    from outpost.bench.records import RequestRecord
+    from outpost.bench.stats import summarise
+
+    records = []
+    for i, (drafted, accepted) in enumerate([(10, 8), (6, 3)]):
+        record = RequestRecord(i, 0.0, 5, 4)
+        event = {"choices": [{"delta": {"content": "x"}, "finish_reason": "stop"}]}
+        event["timings"] = {"prompt_n": 5, "cache_n": 0, "draft_n": drafted, "draft_n_accepted": accepted}
+        assert _on_event(event, record, 0.1)
+        records.append(record)
+    assert (records[0].draft_n, records[0].draft_n_accepted) == (10, 8)
+    for r in records:
+        r.e2e_s = 0.2
+    summary = summarise(records, label="s", url="u", model="m", mode="concurrency", level=1, capped=False)
+    assert (summary.draft_n, summary.draft_n_accepted, summary.draft_acceptance) == (16, 11, 11 / 16)
+    assert summary.summary_entry()["draft_acceptance"] == 11 / 16
