@@ -24,6 +24,7 @@ from outpost.api import (
     anthropic_routes,
     embeddings,
     llama_routes,
+    native,
     openai_routes,
     responses_routes,
     sagemaker,
@@ -81,7 +82,7 @@ def create_app(
     app.state.server = state
     app.state.responses = ResponseStore(config.responses_max, config.responses_ttl)
     # Every API's routes are registered here, each from its own module.
-    apis = (openai_routes, responses_routes, anthropic_routes, embeddings, llama_routes, sagemaker)
+    apis = (openai_routes, responses_routes, anthropic_routes, native, embeddings, llama_routes, sagemaker)
     routers = [m.router for m in apis]
     if config.webui:
         routers.append(webui.build_router())

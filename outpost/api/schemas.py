@@ -90,6 +90,10 @@ class SamplingFields(Body):
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     repeat_penalty: float | None = Field(None, gt=0.0, le=100.0)
     ignore_eos: bool | None = False
+    grammar: str | None = None  # llama.cpp's: GBNF (checked: 400 if it does not parse)
+    json_schema: dict[str, Any] | None = None  # llama.cpp's: a JSON schema the output must match
+    return_progress: bool | None = None  # llama.cpp's: accepted; prompt progress is not reported
+    verbose: bool | None = None  # llama.cpp's: accepted; nothing more is reported
 
     @field_validator("stop")
     @classmethod
