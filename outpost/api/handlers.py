@@ -30,6 +30,7 @@ from outpost.api.schemas import ChatCompletionRequest, CompletionRequest
 from outpost.api.state import ServerState
 from outpost.api.streaming import StreamSpec, chat_stream, completion_stream, sse_response
 from outpost.backend import InferenceBackend
+from outpost.messages import FinishReason
 
 
 def state_of(request: Request) -> ServerState:
@@ -87,11 +88,13 @@ async def handle_chat(state: ServerState, body: ChatCompletionRequest, request: 
     if err is not None:
         raise err
     reader = plan.output()
-    message = reader.message(out.text)
+    message = reader.message(out.text, truncated=out.finish is FinishReason.LENGTH)
     finish = plan.finish_reason(render.finish_reason(out.finish), bool(reader.tool_calls))
     reply = render.chat_completion(
         rid, run.model_id, out, run.backend.codec, bool(body.logprobs), message=message, finish=finish
     )
+    if reader.dropped_call:
+        reply["choices"][0][render.DROPPED_CALL] = True
     return JSONResponse(reply)
 
 

@@ -15,6 +15,9 @@ from outpost.backend import PromptCodec
 from outpost.messages import FinishReason, Timings, TokenLogprob
 
 FINGERPRINT = "outpost"
+# A choice field set when the answer hit max_tokens inside a tool call: the complete calls are in
+# `tool_calls` (finish_reason "tool_calls"), the cut one was dropped.
+DROPPED_CALL = "truncated_tool_call"
 
 
 def finish_reason(reason: FinishReason | None) -> str | None:

@@ -30,6 +30,7 @@ from outpost.api.errors import ApiError
 from outpost.api.generation import Generation, Outcome, finish_error
 from outpost.api.requestlog import RequestRecord
 from outpost.backend import PromptCodec
+from outpost.messages import FinishReason
 
 _log = logging.getLogger("outpost.api")
 T = TypeVar("T")
@@ -147,13 +148,16 @@ async def _chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes
             if err is not None:
                 yield sse(err.body())
                 break
-            for delta in reader.finish():
+            for delta in reader.finish(truncated=event.finish_reason is FinishReason.LENGTH):
                 yield sse(render.chat_chunk(spec.rid, spec.model, created, delta))
             timings = out.timings.as_dict()
             reason = render.finish_reason(event.finish_reason)
             if spec.chat is not None:
                 reason = spec.chat.finish_reason(reason, bool(reader.tool_calls))
-            yield sse(render.chat_chunk(spec.rid, spec.model, created, {}, finish=reason, timings=timings))
+            last = render.chat_chunk(spec.rid, spec.model, created, {}, finish=reason, timings=timings)
+            if reader.dropped_call:
+                last["choices"][0][render.DROPPED_CALL] = True
+            yield sse(last)
             if spec.include_usage:
                 use = render.usage(out.n_prompt, len(out.token_ids), out.timings.cache_n)
                 yield sse(
