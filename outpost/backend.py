@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from outpost.messages import BackendUnavailable, ChatTemplateError, GenerateRequest, TokenEvent
+from outpost.messages import BackendUnavailable, ChatTemplateError, FimTokens, GenerateRequest, TokenEvent
 
 __all__ = [
     "BackendStats",
@@ -64,6 +64,16 @@ class PromptCodec(Protocol):
 
     @property
     def chat_template_source(self) -> str | None: ...
+
+    @property
+    def fim_tokens(self) -> FimTokens:
+        """Fill-in-the-middle token ids (/infill); -1 for each the model lacks."""
+        ...
+
+    @property
+    def bos_token(self) -> int:
+        """The BOS id a prompt starts with, or -1 where the model adds none."""
+        ...
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
 

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from outpost.backend import BackendStats, EventStream
-from outpost.messages import FinishReason, GenerateRequest, Timings, TokenEvent, context_exceeded
+from outpost.messages import FimTokens, FinishReason, GenerateRequest, Timings, TokenEvent, context_exceeded
 
 MAX_EMBED_CHARS = 50  # a longer text is "longer than the embedding context"
 
@@ -33,6 +33,8 @@ MAX_EMBED_CHARS = 50  # a longer text is "longer than the embedding context"
 class FakeCodec:
     n_vocab = 0x110000
     chat_template_source: str | None = "fake"
+    fim_tokens = FimTokens()  # none: a test sets FimTokens(...) to serve /infill
+    bos_token = -1
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         return [ord(c) for c in text]

@@ -26,7 +26,7 @@ from outpost.api.native_render import NativeSpec
 from outpost.api.native_schemas import SAMPLER_NAMES, NativeCompletionRequest, NativePrompt
 from outpost.api.requestlog import record_of
 from outpost.api.streaming import merge, sse, sse_response, with_keepalive
-from outpost.backend import PromptCodec
+from outpost.backend import InferenceBackend, PromptCodec
 from outpost.messages import SamplingParams
 
 router = APIRouter()
@@ -151,13 +151,27 @@ def _budget(body: NativeCompletionRequest) -> int | None:
 @router.post("/completion", tags=["llama.cpp"])
 async def completion(body: NativeCompletionRequest, request: Request) -> Response:
     """llama-server's native completion (text, token ids or both; `stream` for SSE chunks)."""
+    served = state_of(request).backend_for(body.model)
+    codec = served[1].codec
+    pieces = prompt_pieces(body.prompt)
+    token_lists = [await asyncio.to_thread(tokens_of, codec, p) for p in pieces]
+    texts = ["".join(p if isinstance(p, str) else codec.detokenize([p]) for p in pc) for pc in pieces]
+    return await run(request, body, served, token_lists, texts)
+
+
+async def run(
+    request: Request,
+    body: NativeCompletionRequest,
+    served: tuple[str, InferenceBackend],
+    token_lists: list[list[int]],
+    texts: list[str],
+) -> Response:
+    """Generate for each prompt with `body`'s settings; the native result(s) or stream."""
     state = state_of(request)
-    model_id, backend = state.backend_for(body.model)
+    model_id, backend = served
     codec = backend.codec
     arrival = time.monotonic()
     cfg = state.config
-    pieces = prompt_pieces(body.prompt)
-    token_lists = [await asyncio.to_thread(tokens_of, codec, p) for p in pieces]
     if any(not t for t in token_lists):
         raise bad_request("the prompt is empty", param="prompt")
     chain = _samplers(body)
@@ -185,12 +199,10 @@ async def completion(body: NativeCompletionRequest, request: Request) -> Respons
         return_tokens=body.return_tokens,
         post_sampling_probs=body.post_sampling_probs,
     )
-    texts = ["".join(p if isinstance(p, str) else codec.detokenize([p]) for p in pc) for pc in pieces]
     await start_all(gens)
     if body.stream:
-        return sse_response(
-            with_keepalive(_stream(gens, spec, texts, cfg.request_timeout), cfg.sse_keepalive), gens
-        )
+        stream = _stream(gens, spec, texts, cfg.request_timeout)
+        return sse_response(with_keepalive(stream, cfg.sse_keepalive), gens)
     outs = await wait_outcomes(request, gens)
     for text, out in zip(texts, outs, strict=True):
         record_of(request).add_outcome(out, text, cfg.log_prompts)

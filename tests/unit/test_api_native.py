@@ -17,7 +17,7 @@ from outpost.api import native_render
 from outpost.api.app import create_app
 from outpost.api.generation import Outcome
 from outpost.api.native_render import NativeSpec
-from outpost.messages import FinishReason, SamplingParams, TokenLogprob
+from outpost.messages import FimTokens, FinishReason, SamplingParams, TokenLogprob
 from outpost.settings import HttpSettings
 
 
@@ -170,3 +170,37 @@ def test_chat_and_completions_take_top_level_grammar_and_json_schema() -> None:
     assert call(backend, "POST", "/v1/completions", text).status_code == 200
     assert backend.submitted[0].sampling.grammar == 'root ::= "ok"\n'
     assert backend.submitted[1].sampling.grammar is not None
+
+
+FIM = FimTokens(pre=1, suf=2, mid=3, rep=4, sep=5)
+
+
+def test_infill_builds_llama_servers_fim_prompt_and_answers_natively() -> None:
+    backend = FakeBackend("x = 1")
+    backend.codec.fim_tokens = FIM  # type: ignore[misc]
+    body = {
+        "input_prefix": "ab",
+        "input_suffix": "c",
+        "prompt": "d",
+        "input_extra": [{"filename": "f", "text": "g"}],
+        "n_predict": 5,
+    }
+    res = call(backend, "POST", "/infill", body)
+    assert res.status_code == 200, res.text
+    assert res.json()["content"] == "x = 1" and res.json()["stop_type"] == "limit"
+    o = ord
+    expected = [4, *map(o, "myproject\n"), 5, o("f"), o("g"), 5, *map(o, "filename\n")]
+    expected += [1, o("a"), o("b"), o("d"), 2, o("c"), 3]
+    assert backend.prompts == [expected]
+
+
+def test_infill_without_fim_tokens_is_llama_servers_501() -> None:
+    backend = FakeBackend("x")
+    res = call(backend, "POST", "/infill", {"input_prefix": "a", "input_suffix": "b"})
+    assert res.status_code == 501
+    err = res.json()["error"]
+    assert err["type"] == "not_supported_error"
+    assert err["message"].startswith("Infill is not supported by this model: prefix token is missing.")
+    backend.codec.fim_tokens = FIM  # type: ignore[misc]
+    bad = call(backend, "POST", "/infill", {"input_prefix": "a", "input_extra": [{"filename": "f"}]})
+    assert bad.status_code == 400 and backend.submitted == []
