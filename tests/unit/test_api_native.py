@@ -204,3 +204,19 @@ def test_infill_without_fim_tokens_is_llama_servers_501() -> None:
     backend.codec.fim_tokens = FIM  # type: ignore[misc]
     bad = call(backend, "POST", "/infill", {"input_prefix": "a", "input_extra": [{"filename": "f"}]})
     assert bad.status_code == 400 and backend.submitted == []
+
+
+def test_props_and_slots_as_llama_server_reports_them() -> None:
+    backend = FakeBackend("x", n_ctx_seq=512, slots=3)
+    props = call(backend, "GET", "/props", {}).json()
+    assert props["default_generation_settings"]["n_ctx"] == 512
+    assert props["default_generation_settings"]["params"]["temperature"] == 0.8
+    assert props["total_slots"] == 3 and props["chat_template"] == "fake"
+    assert props["modalities"] == {"vision": False, "audio": False}
+    assert props["model_path"] == "m" and props["build_info"].startswith("outpost-")
+    refused = call(backend, "POST", "/props", {"n_ctx": 5})
+    assert refused.status_code == 501 and "--props" in refused.json()["error"]["message"]
+    backend.running = 1
+    slots = call(backend, "GET", "/slots", {}).json()
+    assert [s["id"] for s in slots] == [0, 1, 2]
+    assert [s["is_processing"] for s in slots] == [True, False, False]
