@@ -7,6 +7,7 @@ so the engine only ever sees requests it can serve.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import uuid
@@ -21,9 +22,24 @@ from outpost.messages import ChatTemplateError, GenerateRequest, SamplingParams,
 DEFAULTS = SamplingParams()  # llama-server's defaults live in the dataclass
 
 
-def check_n(n: int | None) -> None:
-    if n is not None and n != 1:
-        raise bad_request(f"n={n} is not supported: this server returns exactly one choice (n=1)", param="n")
+MAX_N = 16  # choices per request: each is a request of its own, sharing the prompt's KV
+
+
+def check_n(n: int | None) -> int:
+    """The number of choices asked for (1 to MAX_N)."""
+    if n is None:
+        return 1
+    if not 1 <= n <= MAX_N:
+        raise bad_request(f"n={n} is out of range: ask for 1 to {MAX_N} choices", param="n")
+    return n
+
+
+def choice_sampling(params: SamplingParams, index: int) -> SamplingParams:
+    """Choice `index`'s sampler: a fixed seed moves on by the index, so the choices differ
+    (and stay reproducible) as OpenAI's do."""
+    if index == 0 or params.seed is None:
+        return params
+    return dataclasses.replace(params, seed=(params.seed + index) & 0xFFFFFFFF)
 
 
 def render_dicts(codec: PromptCodec, messages: list[dict[str, Any]], **kwargs: Any) -> str:

@@ -220,3 +220,35 @@ def test_props_and_slots_as_llama_server_reports_them() -> None:
     slots = call(backend, "GET", "/slots", {}).json()
     assert [s["id"] for s in slots] == [0, 1, 2]
     assert [s["is_processing"] for s in slots] == [True, False, False]
+
+
+def test_n_choices_for_chat_and_completions_plain_and_streamed() -> None:
+    backend = FakeBackend("hey", n_ctx_seq=4096)
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "n": 3, "seed": 9}
+    res = call(backend, "POST", "/v1/chat/completions", chat).json()
+    assert [c["index"] for c in res["choices"]] == [0, 1, 2]
+    assert [c["message"]["content"] for c in res["choices"]] == ["hey"] * 3
+    assert res["usage"]["completion_tokens"] == 9 and res["usage"]["prompt_tokens"] == len(backend.prompts[0])
+    assert [r.sampling.seed for r in backend.submitted] == [9, 10, 11]
+    assert len({r.request_id for r in backend.submitted}) == 3
+
+    async def stream(path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        app = create_app({"m": backend}, HttpSettings(), "m")
+        transport = httpx.ASGITransport(app=app)
+        client = httpx.AsyncClient(transport=transport, base_url="http://test")
+        async with client, client.stream("POST", path, json={**body, "stream": True}) as r:
+            lines = [line async for line in r.aiter_lines() if line.startswith("data: ")]
+        assert lines[-1] == "data: [DONE]" and lines.count("data: [DONE]") == 1
+        return [json.loads(line[6:]) for line in lines[:-1]]
+
+    chunks = asyncio.run(stream("/v1/chat/completions", {**chat, "stream_options": {"include_usage": True}}))
+    texts = {i: "" for i in range(3)}
+    for c in chunks[:-1]:
+        texts[c["choices"][0]["index"]] += c["choices"][0]["delta"].get("content") or ""
+    assert texts == {0: "hey", 1: "hey", 2: "hey"} and chunks[-1]["usage"]["completion_tokens"] == 9
+    text = {"prompt": ["a", "b"], "max_tokens": 2, "n": 2}
+    res = call(backend, "POST", "/v1/completions", text).json()
+    assert [c["index"] for c in res["choices"]] == [0, 1, 2, 3]
+    chunks = asyncio.run(stream("/v1/completions", text))
+    assert sorted({c["choices"][0]["index"] for c in chunks}) == [0, 1, 2, 3]
+    assert call(backend, "POST", "/v1/chat/completions", {**chat, "n": 17}).status_code == 400
