@@ -43,6 +43,10 @@ class SamplingParams:
     n_probs: int = -1  # -1: no logprobs; 0: the sampled token's logprob; N: plus the top N
 
 
+# One embeddings input: a text, or token ids of the embedding model's vocabulary (OpenAI allows both).
+EmbedInput = str | list[int]
+
+
 @dataclass(frozen=True)
 class FimTokens:
     """A model's fill-in-the-middle token ids (llama_vocab_fim_*); -1 where the model has none."""

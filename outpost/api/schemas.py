@@ -137,17 +137,31 @@ class CompletionRequest(SamplingFields):
         return prompt
 
 
+EmbeddingInput = str | list[str] | list[int] | list[list[int]]
+
+
 class EmbeddingRequest(Body):
-    input: str | list[str]
+    """`input`: a string, strings, token ids, or lists of token ids (OpenAI's four forms)."""
+
+    input: EmbeddingInput
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
 
     @field_validator("input")
     @classmethod
-    def _input_count(cls, value: str | list[str]) -> str | list[str]:
+    def _input_count(cls, value: EmbeddingInput) -> EmbeddingInput:
         if isinstance(value, list) and not 1 <= len(value) <= 2048:
-            raise ValueError("input must hold between 1 and 2048 strings")
+            raise ValueError("input must hold between 1 and 2048 strings or token lists")
         return value
+
+    def inputs(self) -> list[str | list[int]]:
+        """One entry per vector asked for: a token-id list is one input, a list of them several."""
+        value = self.input
+        if isinstance(value, str):
+            return [value]
+        if all(isinstance(v, int) for v in value):
+            return [[v for v in value if isinstance(v, int)]]
+        return [v for v in value if not isinstance(v, int)]
 
 
 class TokenizeRequest(Body):

@@ -252,3 +252,12 @@ def test_n_choices_for_chat_and_completions_plain_and_streamed() -> None:
     chunks = asyncio.run(stream("/v1/completions", text))
     assert sorted({c["choices"][0]["index"] for c in chunks}) == [0, 1, 2, 3]
     assert call(backend, "POST", "/v1/chat/completions", {**chat, "n": 17}).status_code == 400
+
+
+def test_embeddings_take_token_ids_and_lists_of_them() -> None:
+    backend = FakeBackend()
+    one = call(backend, "POST", "/v1/embeddings", {"input": [12, 34, 56]}).json()
+    two = call(backend, "POST", "/v1/embeddings", {"input": [[12, 34], [56]]}).json()
+    assert len(one["data"]) == 1 and len(two["data"]) == 2 and one["usage"]["prompt_tokens"] == 3
+    assert backend.embedded == [[[12, 34, 56]], [[12, 34], [56]]]
+    assert call(backend, "POST", "/v1/embeddings", {"input": [[1], "a"]}).status_code == 400
