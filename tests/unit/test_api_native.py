@@ -261,3 +261,9 @@ def test_embeddings_take_token_ids_and_lists_of_them() -> None:
     assert len(one["data"]) == 1 and len(two["data"]) == 2 and one["usage"]["prompt_tokens"] == 3
     assert backend.embedded == [[[12, 34, 56]], [[12, 34], [56]]]
     assert call(backend, "POST", "/v1/embeddings", {"input": [[1], "a"]}).status_code == 400
+
+
+def test_rerank_is_llama_servers_501() -> None:
+    for path in ("/rerank", "/v1/rerank"):
+        r = call(FakeBackend(), "POST", path, {"query": "q", "documents": ["a"]})
+        assert r.status_code == 501 and "does not support reranking" in r.json()["error"]["message"]
