@@ -84,7 +84,7 @@ async def get_props(request: Request) -> dict[str, Any]:
     }
 
 
-@router.post("/props", tags=["llama.cpp"])
+@router.post("/props", include_in_schema=False)  # always 501: nothing to document
 async def set_props(request: Request) -> dict[str, Any]:
     raise not_supported(
         "This server does not support changing global properties. "
@@ -110,9 +110,9 @@ async def slots(request: Request) -> list[dict[str, Any]]:
     ]
 
 
-@router.post("/rerank", tags=["llama.cpp"])
+@router.post("/rerank", include_in_schema=False)  # always 501 until rerankers are served
 @router.post("/reranking", include_in_schema=False)
-@router.post("/v1/rerank", tags=["llama.cpp"])
+@router.post("/v1/rerank", include_in_schema=False)
 @router.post("/v1/reranking", include_in_schema=False)
 async def rerank(request: Request) -> dict[str, Any]:
     raise not_supported(
