@@ -18,7 +18,14 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from outpost.messages import BackendUnavailable, ChatTemplateError, GenerateRequest, TokenEvent
+from outpost.messages import (
+    BackendUnavailable,
+    ChatTemplateError,
+    EmbedInput,
+    FimTokens,
+    GenerateRequest,
+    TokenEvent,
+)
 
 __all__ = [
     "BackendStats",
@@ -65,6 +72,16 @@ class PromptCodec(Protocol):
     @property
     def chat_template_source(self) -> str | None: ...
 
+    @property
+    def fim_tokens(self) -> FimTokens:
+        """Fill-in-the-middle token ids (/infill); -1 for each the model lacks."""
+        ...
+
+    @property
+    def bos_token(self) -> int:
+        """The BOS id a prompt starts with, or -1 where the model adds none."""
+        ...
+
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
 
     def tokenize_prompt(self, text: str, add_special: bool = True) -> list[int]:
@@ -99,8 +116,9 @@ class InferenceBackend(Protocol):
 
     async def abort(self, request_id: str) -> None: ...
 
-    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
-        """One L2-normalized vector per text (the server's embedding model), and the tokens read."""
+    async def embed(self, texts: Sequence[EmbedInput]) -> tuple[list[list[float]], int]:
+        """One L2-normalized vector per text or token-id list (the server's embedding model), and
+        the tokens read; ValueError for an input it cannot take (too long, ids out of range)."""
         ...
 
     def stats(self) -> BackendStats: ...

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from outpost.backend import BackendStats, BackendUnavailable, EventStream
 from outpost.engine.codec import LlamaCodec
 from outpost.engine.config import EngineConfig
-from outpost.messages import GenerateRequest, context_exceeded
+from outpost.messages import EmbedInput, GenerateRequest, context_exceeded
 from outpost.runtime import Engine
 
 
@@ -29,7 +30,7 @@ def _weights(config: EngineConfig) -> str:
 
 
 class Embedder(Protocol):
-    def embed(self, texts: list[str]) -> Any: ...
+    def embed(self, texts: Sequence[EmbedInput]) -> Any: ...
 
     def close(self) -> None: ...
 
@@ -93,7 +94,7 @@ class LocalBackend:
             serving += f"; auto kernels: {self.engine.kernels.describe()}"
         return {**model.describe(), "serving": serving}
 
-    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+    async def embed(self, texts: Sequence[EmbedInput]) -> tuple[list[list[float]], int]:
         embedder = await self._load_embedder()
 
         def run() -> tuple[list[list[float]], int]:

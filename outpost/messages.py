@@ -96,6 +96,26 @@ class SpecRequest:
         return SpecParams(self.type or base.type, n_max, n_min)
 
 
+# One embeddings input: a text, or token ids of the embedding model's vocabulary (OpenAI allows both).
+EmbedInput = str | list[int]
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    """A model's fill-in-the-middle token ids (llama_vocab_fim_*); -1 where the model has none."""
+
+    pre: int = -1
+    suf: int = -1
+    mid: int = -1
+    rep: int = -1
+    sep: int = -1
+
+    def missing(self) -> list[str]:
+        """What infill needs and this model lacks, in llama-server's words."""
+        need = {"prefix": self.pre, "suffix": self.suf, "middle": self.mid}
+        return [f"{name} token is missing." for name, tok in need.items() if tok < 0]
+
+
 @dataclass
 class GenerateRequest:
     """A validated, tokenized request: everything the engine needs and nothing HTTP-specific."""

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from outpost.backend import BackendStats, EventStream
-from outpost.messages import FinishReason, GenerateRequest, Timings, TokenEvent, context_exceeded
+from outpost.messages import FimTokens, FinishReason, GenerateRequest, Timings, TokenEvent, context_exceeded
 
 MAX_EMBED_CHARS = 50  # a longer text is "longer than the embedding context"
 
@@ -33,6 +33,8 @@ MAX_EMBED_CHARS = 50  # a longer text is "longer than the embedding context"
 class FakeCodec:
     n_vocab = 0x110000
     chat_template_source: str | None = "fake"
+    fim_tokens = FimTokens()  # none: a test sets FimTokens(...) to serve /infill
+    bos_token = -1
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         return [ord(c) for c in text]
@@ -178,7 +180,7 @@ class FakeBackend:
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)
 
-    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+    async def embed(self, texts: Sequence[str | list[int]]) -> tuple[list[list[float]], int]:
         """[length, index] per text and a token per word; ValueError for a text too long."""
         if self.refuse_embed is not None:
             raise self.refuse_embed
@@ -188,7 +190,8 @@ class FakeBackend:
         for i, text in enumerate(texts):
             if len(text) > MAX_EMBED_CHARS:
                 raise ValueError(f"input {i} has {len(text)} characters; the fake holds {MAX_EMBED_CHARS}")
-        return [[float(len(t)), float(i)] for i, t in enumerate(texts)], sum(len(t.split()) for t in texts)
+        read = sum(len(t.split()) if isinstance(t, str) else len(t) for t in texts)  # ids: one token each
+        return [[float(len(t)), float(i)] for i, t in enumerate(texts)], read
 
     def stats(self) -> BackendStats:
         return BackendStats(slots_total=self.slots, slots_busy=self.running, kv_cells_total=self.kv_cells)

@@ -23,8 +23,11 @@ import outpost
 from outpost.api import (
     anthropic_routes,
     embeddings,
+    infill,
     llama_routes,
+    native,
     openai_routes,
+    props,
     responses_routes,
     sagemaker,
     webui,
@@ -81,7 +84,17 @@ def create_app(
     app.state.server = state
     app.state.responses = ResponseStore(config.responses_max, config.responses_ttl)
     # Every API's routes are registered here, each from its own module.
-    apis = (openai_routes, responses_routes, anthropic_routes, embeddings, llama_routes, sagemaker)
+    apis = (
+        openai_routes,
+        responses_routes,
+        anthropic_routes,
+        native,
+        infill,
+        props,
+        embeddings,
+        llama_routes,
+        sagemaker,
+    )
     routers = [m.router for m in apis]
     if config.webui:
         routers.append(webui.build_router())

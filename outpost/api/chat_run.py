@@ -22,7 +22,14 @@ from fastapi import Request
 from outpost.api import chat_plan, mapping
 from outpost.api.chat_plan import ChatPlan
 from outpost.api.errors import ApiError
-from outpost.api.generation import ClientDisconnected, Generation, Outcome, finish_error, until_disconnect
+from outpost.api.generation import (
+    ClientDisconnected,
+    Generation,
+    Outcome,
+    finish_error,
+    start_all,
+    until_disconnect,
+)
 from outpost.api.requestlog import record_of
 from outpost.api.schemas import ChatCompletionRequest
 from outpost.api.state import ServerState
@@ -43,6 +50,7 @@ class ChatRun:
     rid: str
     prompt: str
     stops: tuple[str, ...]
+    gens: list[Generation] = field(default_factory=list)  # n choices (chat's `n`); gens[0] is `gen`
 
 
 @dataclass(frozen=True)
@@ -85,7 +93,7 @@ async def start_chat(
 ) -> ChatRun:
     """Plan, tokenize, budget and submit `body`; refusals are ApiErrors before any reply byte."""
     arrival = time.monotonic()
-    mapping.check_n(body.n)
+    n = mapping.check_n(body.n)
     model_id, backend, plan = await plan_for(state, body)
     codec = backend.codec
     tokens = await asyncio.to_thread(mapping.prompt_tokens, codec, plan.prompt)
@@ -100,12 +108,15 @@ async def start_chat(
     record_of(request).id = rid
     stops = mapping.stop_strings(body.stop)
     spec = mapping.speculative(body)
-    req = mapping.generate_request(
-        tokens, max_tokens, sampling, stops, rid, cfg.request_timeout, arrival, spec
-    )
-    gen = Generation(backend, req, state.metrics)
-    await gen.start()
-    return ChatRun(model_id, backend, plan, gen, rid, plan.prompt, stops)
+    gens = []
+    for i in range(n):  # n choices: n requests on one prompt (the prefix cache shares its KV)
+        params, sub_id = mapping.choice_sampling(sampling, i), rid if n == 1 else f"{rid}-{i}"
+        req = mapping.generate_request(
+            tokens, max_tokens, params, stops, sub_id, cfg.request_timeout, arrival, spec
+        )
+        gens.append(Generation(backend, req, state.metrics))
+    await start_all(gens)
+    return ChatRun(model_id, backend, plan, gens[0], rid, plan.prompt, stops, gens)
 
 
 def _stop_string(run: ChatRun, out: Outcome, last_ids: list[int]) -> str | None:
@@ -134,7 +145,7 @@ async def answer_parts(run: ChatRun, timeout: float) -> AsyncIterator[Part | End
         err = finish_error(event.finish_reason, event.error, timeout)
         if err is not None:
             raise err
-        for delta in reader.finish():
+        for delta in reader.finish(truncated=event.finish_reason is FinishReason.LENGTH):
             if "tool_calls" not in delta:
                 yield Part(delta.get("reasoning_content", ""), delta.get("content", ""))
         base = "length" if event.finish_reason is FinishReason.LENGTH else "stop"

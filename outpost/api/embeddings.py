@@ -37,7 +37,7 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]
     model_id, backend = state.backend_for(None)
     if body.model and body.model not in state.embedding_ids:
         model_id, backend = state.backend_for(body.model)  # a gateway serves several models
-    texts = [body.input] if isinstance(body.input, str) else list(body.input)
+    texts = body.inputs()
     try:
         vectors, n_tokens = await backend.embed(texts)
     except ValueError as exc:  # an input longer than the embedding context

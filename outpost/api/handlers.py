@@ -15,6 +15,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from outpost.api import mapping, render
+from outpost.api.chat_plan import ChatPlan
 from outpost.api.chat_run import CLIENT_CLOSED, start_chat
 from outpost.api.errors import ApiError
 from outpost.api.generation import (
@@ -29,7 +30,8 @@ from outpost.api.requestlog import record_of
 from outpost.api.schemas import ChatCompletionRequest, CompletionRequest
 from outpost.api.state import ServerState
 from outpost.api.streaming import StreamSpec, chat_stream, completion_stream, sse_response
-from outpost.backend import InferenceBackend
+from outpost.backend import InferenceBackend, PromptCodec
+from outpost.messages import FinishReason
 
 
 def state_of(request: Request) -> ServerState:
@@ -74,25 +76,39 @@ def _spec(
 
 async def handle_chat(state: ServerState, body: ChatCompletionRequest, request: Request) -> Response:
     run = await start_chat(state, body, request)
-    plan, gen, rid, cfg = run.plan, run.gen, run.rid, state.config
+    plan, gens, rid, cfg = run.plan, run.gens, run.rid, state.config
+    codec = run.backend.codec
     if body.stream:
         spec = _spec(
             state, request, (run.model_id, run.backend), rid, bool(body.logprobs), body, [run.prompt]
         )
         spec.chat = plan
-        return sse_response(chat_stream(gen, spec), [gen])
-    (out,) = await wait_outcomes(request, [gen])
-    record_of(request).add_outcome(out, run.prompt, cfg.log_prompts)
-    err = outcome_error(out, cfg.request_timeout)
+        return sse_response(chat_stream(gens, spec), gens)
+    outs = await wait_outcomes(request, gens)
+    for out in outs:
+        record_of(request).add_outcome(out, run.prompt, cfg.log_prompts)
+    err = next((e for e in (outcome_error(o, cfg.request_timeout) for o in outs) if e is not None), None)
     if err is not None:
         raise err
-    reader = plan.output()
-    message = reader.message(out.text)
-    finish = plan.finish_reason(render.finish_reason(out.finish), bool(reader.tool_calls))
-    reply = render.chat_completion(
-        rid, run.model_id, out, run.backend.codec, bool(body.logprobs), message=message, finish=finish
-    )
+    choices = [_chat_choice(plan, i, out, codec, bool(body.logprobs)) for i, out in enumerate(outs)]
+    reply = render.chat_completion(rid, run.model_id, outs[0], codec, bool(body.logprobs))
+    reply["choices"] = choices
+    generated = sum(len(o.token_ids) for o in outs)
+    reply["usage"] = render.usage(outs[0].n_prompt, generated, outs[0].timings.cache_n)
     return JSONResponse(reply)
+
+
+def _chat_choice(
+    plan: ChatPlan, index: int, out: Outcome, codec: PromptCodec, logprobs: bool
+) -> dict[str, Any]:
+    """One choice's message, read for tool calls and reasoning."""
+    reader = plan.output()
+    message = reader.message(out.text, truncated=out.finish is FinishReason.LENGTH)
+    finish = plan.finish_reason(render.finish_reason(out.finish), bool(reader.tool_calls))
+    choice = render.chat_choice(index, out, codec, logprobs, message, finish)
+    if reader.dropped_call:
+        choice[render.DROPPED_CALL] = True
+    return choice
 
 
 def _prompts(body: CompletionRequest) -> list[str | list[int]]:
@@ -109,7 +125,7 @@ async def handle_completion(state: ServerState, body: CompletionRequest, request
     model_id, backend = served = state.backend_for(body.model)
     codec = backend.codec
     arrival = time.monotonic()
-    mapping.check_n(body.n)
+    n = mapping.check_n(body.n)
     cfg = state.config
     prompts = _prompts(body)
     token_lists = [await asyncio.to_thread(mapping.prompt_tokens, codec, p) for p in prompts]
@@ -124,14 +140,17 @@ async def handle_completion(state: ServerState, body: CompletionRequest, request
         budget = mapping.resolve_max_tokens(
             len(tokens), body.max_tokens, backend.n_ctx_seq, cfg.default_max_tokens
         )
-        sub_id = rid if len(token_lists) == 1 else f"{rid}-{i}"
-        req = mapping.generate_request(
-            tokens, budget, sampling, stop, sub_id, cfg.request_timeout, arrival, spec_req
-        )
-        gens.append(Generation(backend, req, state.metrics))
+        for j in range(n):  # choice index i*n + j, as OpenAI orders n choices of several prompts
+            sub_id = rid if len(token_lists) * n == 1 else f"{rid}-{i * n + j}"
+            params = mapping.choice_sampling(sampling, j)
+            req = mapping.generate_request(
+                tokens, budget, params, stop, sub_id, cfg.request_timeout, arrival, spec_req
+            )
+            gens.append(Generation(backend, req, state.metrics))
     await start_all(gens)
     wants_text = cfg.log_prompts or bool(body.echo)
     texts = [p if isinstance(p, str) else codec.detokenize(p) if wants_text else "" for p in prompts]
+    texts = [t for t in texts for _ in range(n)]
     if body.stream:
         spec = _spec(state, request, served, rid, body.logprobs is not None, body, texts)
         return sse_response(completion_stream(gens, spec), gens)

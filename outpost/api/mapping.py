@@ -7,6 +7,7 @@ so the engine only ever sees requests it can serve.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import uuid
@@ -21,9 +22,24 @@ from outpost.messages import ChatTemplateError, GenerateRequest, SamplingParams,
 DEFAULTS = SamplingParams()  # llama-server's defaults live in the dataclass
 
 
-def check_n(n: int | None) -> None:
-    if n is not None and n != 1:
-        raise bad_request(f"n={n} is not supported: this server returns exactly one choice (n=1)", param="n")
+MAX_N = 16  # choices per request: each is a request of its own, sharing the prompt's KV
+
+
+def check_n(n: int | None) -> int:
+    """The number of choices asked for (1 to MAX_N)."""
+    if n is None:
+        return 1
+    if not 1 <= n <= MAX_N:
+        raise bad_request(f"n={n} is out of range: ask for 1 to {MAX_N} choices", param="n")
+    return n
+
+
+def choice_sampling(params: SamplingParams, index: int) -> SamplingParams:
+    """Choice `index`'s sampler: a fixed seed moves on by the index, so the choices differ
+    (and stay reproducible) as OpenAI's do."""
+    if index == 0 or params.seed is None:
+        return params
+    return dataclasses.replace(params, seed=(params.seed + index) & 0xFFFFFFFF)
 
 
 def render_dicts(codec: PromptCodec, messages: list[dict[str, Any]], **kwargs: Any) -> str:
@@ -110,6 +126,44 @@ def grammar_for(fmt: ResponseFormat | None) -> str | None:
         raise bad_request(f"invalid JSON schema: {exc}", param="response_format") from exc
 
 
+def gbnf(text: str, param: str = "grammar") -> str:
+    """`text` if llama.cpp's grammar parser accepts it; a 400 naming the problem otherwise."""
+    from outpost.grammar.gbnf import GrammarSyntaxError, check_gbnf
+
+    try:
+        check_gbnf(text)
+    except GrammarSyntaxError as exc:
+        raise bad_request(f"invalid grammar: {exc}", param=param) from exc
+    return text
+
+
+def schema_grammar(schema: dict[str, Any], param: str = "json_schema") -> str:
+    from outpost import grammar
+
+    try:
+        return str(grammar.json_schema_to_grammar(schema))
+    except ValueError as exc:
+        raise bad_request(f"invalid JSON schema: {exc}", param=param) from exc
+
+
+def field_grammar(grammar: str | None, schema: dict[str, Any] | None) -> str | None:
+    """llama.cpp's top-level `grammar` / `json_schema` (one or the other, as llama-server says)."""
+    if grammar is not None and schema is not None:
+        raise bad_request('either "json_schema" or "grammar" can be given, not both', param="grammar")
+    if schema is not None:
+        return schema_grammar(schema)
+    return gbnf(grammar) if grammar is not None else None
+
+
+def body_grammar(body: SamplingFields) -> str | None:
+    """The grammar of `response_format`, else of the top-level `grammar` / `json_schema`."""
+    from_format = grammar_for(body.response_format)
+    fields = field_grammar(body.grammar, body.json_schema)
+    if from_format is not None and fields is not None:
+        raise bad_request("give response_format or grammar/json_schema, not both", param="response_format")
+    return from_format or fields
+
+
 def sampling_params(codec: PromptCodec, body: SamplingFields, n_probs: int = -1) -> SamplingParams:
     d = DEFAULTS
     return SamplingParams(
@@ -123,7 +177,7 @@ def sampling_params(codec: PromptCodec, body: SamplingFields, n_probs: int = -1)
         seed=None if body.seed is None or body.seed == -1 else body.seed & 0xFFFFFFFF,
         logit_bias=logit_bias(codec, body.logit_bias),
         ignore_eos=bool(body.ignore_eos),
-        grammar=grammar_for(body.response_format),
+        grammar=body_grammar(body),
         n_probs=n_probs,
     )
 

@@ -15,6 +15,9 @@ from outpost.backend import PromptCodec
 from outpost.messages import FinishReason, Timings, TokenLogprob
 
 FINGERPRINT = "outpost"
+# A choice field set when the answer hit max_tokens inside a tool call: the complete calls are in
+# `tool_calls` (finish_reason "tool_calls"), the cut one was dropped.
+DROPPED_CALL = "truncated_tool_call"
 
 
 def finish_reason(reason: FinishReason | None) -> str | None:
@@ -87,17 +90,26 @@ def chat_completion(
 ) -> dict[str, Any]:
     """`message`/`finish`: the answer read for tool calls and reasoning (outpost/chat/output.py)."""
     reply = _head("chat.completion", rid, model, None)
-    reply["choices"] = [
-        {
-            "index": 0,
-            "message": message or {"role": "assistant", "content": out.text},
-            "logprobs": chat_logprobs(codec, out.logprobs) if with_logprobs else None,
-            "finish_reason": finish or finish_reason(out.finish),
-        }
-    ]
+    reply["choices"] = [chat_choice(0, out, codec, with_logprobs, message, finish)]
     reply["usage"] = usage(out.n_prompt, len(out.token_ids), out.timings.cache_n)
     reply["timings"] = out.timings.as_dict()
     return reply
+
+
+def chat_choice(
+    index: int,
+    out: Outcome,
+    codec: PromptCodec,
+    with_logprobs: bool,
+    message: dict[str, Any] | None,
+    finish: str | None,
+) -> dict[str, Any]:
+    return {
+        "index": index,
+        "message": message or {"role": "assistant", "content": out.text},
+        "logprobs": chat_logprobs(codec, out.logprobs) if with_logprobs else None,
+        "finish_reason": finish or finish_reason(out.finish),
+    }
 
 
 def text_completion(
@@ -136,7 +148,7 @@ def _sum_timings(outs: list[Outcome]) -> dict[str, float | int]:
 
 def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
     chunk = _head("chat.completion.chunk", rid, model, created)
-    choice = {"index": 0, "delta": delta, "logprobs": extra.pop("logprobs", None)}
+    choice = {"index": extra.pop("index", 0), "delta": delta, "logprobs": extra.pop("logprobs", None)}
     choice["finish_reason"] = extra.pop("finish", None)
     chunk["choices"] = [choice]
     chunk.update(extra)

@@ -106,6 +106,11 @@ class SamplingFields(Body):
     spec_n_max: int | None = Field(None, ge=0, le=256, alias="speculative.n_max")
     spec_n_min: int | None = Field(None, ge=0, le=256, alias="speculative.n_min")
 
+    grammar: str | None = None  # llama.cpp's: GBNF (checked: 400 if it does not parse)
+    json_schema: dict[str, Any] | None = None  # llama.cpp's: a JSON schema the output must match
+    return_progress: bool | None = None  # llama.cpp's: accepted; prompt progress is not reported
+    verbose: bool | None = None  # llama.cpp's: accepted; nothing more is reported
+
     @field_validator("stop")
     @classmethod
     def _stop_count(cls, stop: str | list[str] | None) -> str | list[str] | None:
@@ -148,17 +153,31 @@ class CompletionRequest(SamplingFields):
         return prompt
 
 
+EmbeddingInput = str | list[str] | list[int] | list[list[int]]
+
+
 class EmbeddingRequest(Body):
-    input: str | list[str]
+    """`input`: a string, strings, token ids, or lists of token ids (OpenAI's four forms)."""
+
+    input: EmbeddingInput
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
 
     @field_validator("input")
     @classmethod
-    def _input_count(cls, value: str | list[str]) -> str | list[str]:
+    def _input_count(cls, value: EmbeddingInput) -> EmbeddingInput:
         if isinstance(value, list) and not 1 <= len(value) <= 2048:
-            raise ValueError("input must hold between 1 and 2048 strings")
+            raise ValueError("input must hold between 1 and 2048 strings or token lists")
         return value
+
+    def inputs(self) -> list[str | list[int]]:
+        """One entry per vector asked for: a token-id list is one input, a list of them several."""
+        value = self.input
+        if isinstance(value, str):
+            return [value]
+        if all(isinstance(v, int) for v in value):
+            return [[v for v in value if isinstance(v, int)]]
+        return [v for v in value if not isinstance(v, int)]
 
 
 class TokenizeRequest(Body):

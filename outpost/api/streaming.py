@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import json
 import logging
 import time
@@ -30,6 +32,7 @@ from outpost.api.errors import ApiError
 from outpost.api.generation import Generation, Outcome, finish_error
 from outpost.api.requestlog import RequestRecord
 from outpost.backend import PromptCodec
+from outpost.messages import FinishReason
 
 _log = logging.getLogger("outpost.api")
 T = TypeVar("T")
@@ -84,8 +87,23 @@ def _internal_error(exc: BaseException) -> ApiError:
     return ApiError(500, "internal server error; see the server log", type="server_error")
 
 
-def chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes]:
-    return with_keepalive(_chat_stream(gen, spec), spec.keepalive)
+def chat_stream(gens: list[Generation], spec: StreamSpec) -> AsyncIterator[bytes]:
+    """One choice per generation (n > 1: their chunks interleave, each with its `index`)."""
+    body = _chat_stream(gens[0], spec) if len(gens) == 1 else _chat_choices(gens, spec)
+    return with_keepalive(body, spec.keepalive)
+
+
+async def _chat_choices(gens: list[Generation], spec: StreamSpec) -> AsyncIterator[bytes]:
+    outs: list[Outcome] = []
+    one = dataclasses.replace(spec, include_usage=False)
+    streams = [_chat_stream(g, one, index=i, outs=outs) for i, g in enumerate(gens)]
+    async for _, chunk in merge(streams):
+        yield chunk
+    if spec.include_usage and len(outs) == len(gens):  # the prompt once, as OpenAI counts n choices
+        use = render.usage(outs[0].n_prompt, sum(len(o.token_ids) for o in outs), outs[0].timings.cache_n)
+        created, timings = int(time.time()), outs[0].timings.as_dict()
+        yield sse(render.usage_chunk("chat.completion.chunk", spec.rid, spec.model, created, use, timings))
+    yield DONE
 
 
 def completion_stream(gens: list[Generation], spec: StreamSpec) -> AsyncIterator[bytes]:
@@ -127,11 +145,15 @@ async def with_keepalive(body: AsyncIterator[bytes], interval: float) -> AsyncIt
                 await aclose()
 
 
-async def _chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes]:
+async def _chat_stream(
+    gen: Generation, spec: StreamSpec, index: int = 0, outs: list[Outcome] | None = None
+) -> AsyncIterator[bytes]:
+    """One choice's chunks; with `outs` (one of n choices) its outcome goes there and no [DONE]."""
     created = int(time.time())
     out = gen.new_outcome()
     reader = (spec.chat or ChatPlan("", think=False)).output()
-    yield sse(render.chat_chunk(spec.rid, spec.model, created, {"role": "assistant", "content": ""}))
+    chunk = functools.partial(render.chat_chunk, spec.rid, spec.model, created, index=index)
+    yield sse(chunk({"role": "assistant", "content": ""}))
     try:
         async for event in gen.events():
             out.add(event)
@@ -140,20 +162,25 @@ async def _chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes
             )
             delta = reader.feed(event.text) if event.text else {}
             if delta or lp:
-                yield sse(render.chat_chunk(spec.rid, spec.model, created, delta, logprobs=lp))
+                yield sse(chunk(delta, logprobs=lp))
             if not event.finished:
                 continue
             err = finish_error(event.finish_reason, event.error, spec.timeout, event.error_param)
             if err is not None:
                 yield sse(err.body())
                 break
-            for delta in reader.finish():
-                yield sse(render.chat_chunk(spec.rid, spec.model, created, delta))
+            for delta in reader.finish(truncated=event.finish_reason is FinishReason.LENGTH):
+                yield sse(chunk(delta))
             timings = out.timings.as_dict()
             reason = render.finish_reason(event.finish_reason)
             if spec.chat is not None:
                 reason = spec.chat.finish_reason(reason, bool(reader.tool_calls))
-            yield sse(render.chat_chunk(spec.rid, spec.model, created, {}, finish=reason, timings=timings))
+            last = chunk({}, finish=reason, timings=timings)
+            if outs is not None:
+                outs.append(out)
+            if reader.dropped_call:
+                last["choices"][0][render.DROPPED_CALL] = True
+            yield sse(last)
             if spec.include_usage:
                 use = render.usage(out.n_prompt, len(out.token_ids), out.timings.cache_n)
                 yield sse(
@@ -163,7 +190,8 @@ async def _chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes
         yield sse(_internal_error(exc).body())
     finally:
         spec.record.add_outcome(out, spec.prompts[0], spec.log_prompts)
-    yield DONE
+    if outs is None:
+        yield DONE
 
 
 async def _completion_stream(gens: list[Generation], spec: StreamSpec) -> AsyncIterator[bytes]:

@@ -177,6 +177,48 @@ def parse_calls(fmt: ToolFormat, text: str, known: set[str]) -> tuple[str, list[
     return text, []
 
 
+def _complete_values(text: str, known: set[str]) -> list[Call]:
+    """Calls from the complete JSON values at the start of `text` (an array's items or a run of
+    objects), up to the first value that does not decode: the one the length limit cut."""
+    decoder = json.JSONDecoder(strict=False)
+    i = 1 if text.startswith("[") else 0
+    calls: list[Call] = []
+    while True:
+        while i < len(text) and text[i] in " \t\r\n,;":
+            i += 1
+        try:
+            value, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return calls
+        found = _as_calls(value, known)
+        if found is None:
+            return calls
+        calls += found
+
+
+def salvage_calls(fmt: ToolFormat, text: str, known: set[str]) -> tuple[str, list[Call]]:
+    """(content, calls) of an answer cut short (max_tokens): the complete calls, the cut one dropped.
+
+    Used only where `parse_calls` found none: a model repeating calls until the limit must still
+    deliver the calls it finished."""
+    for marker in fmt.markers:
+        at = text.find(marker)
+        if at < 0:
+            continue
+        if marker in _BLOCKS:
+            closer = marker.replace("<", "</", 1) if marker == "<tool_call>" else "<|/tool_call|>"
+            blocks = re.findall(re.escape(marker) + r"(.*?)" + re.escape(closer), text, re.S)
+            calls = [c for b in blocks for c in _complete_values(b.strip(), known)]
+        else:
+            calls = _complete_values(text[at + len(marker) :].lstrip(), known)
+        if calls:
+            return text[:at].strip(), calls
+    head = text.lstrip()
+    if head[:1] in ("{", "["):
+        return "", _complete_values(head, known)
+    return text, []
+
+
 def marker_at(fmt: ToolFormat, text: str) -> tuple[int, bool]:
     """(index, complete) of the first call marker in `text`, or of a marker's start at its end.
 

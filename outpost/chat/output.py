@@ -10,13 +10,15 @@ the `openai` client assembles them). Held text that does not parse as calls goes
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from outpost.chat.formats import Call, ToolFormat, marker_at, parse_calls
+from outpost.chat.formats import Call, ToolFormat, marker_at, parse_calls, salvage_calls
 from outpost.chat.reasoning import ThinkSplitter
 
+_log = logging.getLogger("outpost.chat")
 ARG_PIECES = 3  # argument chunks per streamed call: clients must join pieces, so send several
 
 
@@ -57,11 +59,17 @@ class _CallStream:
         self._emitted = self._emitted or bool(out)
         return out
 
-    def finish(self) -> tuple[str, list[Call]]:
+    def finish(self, truncated: bool) -> tuple[str, list[Call], bool]:
+        """(content, calls, whether a cut call was dropped); `truncated`: the answer hit its limit."""
         held, self._held = self._held, ""
         if not held:
-            return "", []
-        return parse_calls(self._tools.fmt, held, set(self._tools.known))
+            return "", [], False
+        known = set(self._tools.known)
+        content, calls = parse_calls(self._tools.fmt, held, known)
+        if calls or not truncated:
+            return content, calls, False
+        kept, calls = salvage_calls(self._tools.fmt, held, known)
+        return (kept, calls, True) if calls else (content, [], False)
 
 
 class ChatOutput:
@@ -71,6 +79,7 @@ class ChatOutput:
         self._think = ThinkSplitter(starts_inside) if think else None
         self._calls = _CallStream(tools) if tools is not None else None
         self.tool_calls: list[dict[str, Any]] = []
+        self.dropped_call = False  # the answer was cut inside a call, which was left out
 
     def _content(self, text: str) -> str:
         return self._calls.feed(text) if self._calls is not None and text else text
@@ -80,14 +89,22 @@ class ChatOutput:
         reasoning, content = self._think.feed(text) if self._think is not None else ("", text)
         return _delta(reasoning, self._content(content))
 
-    def finish(self) -> list[dict[str, Any]]:
-        """Deltas for what was held back; tool calls last, one call's pieces after another."""
+    def finish(self, truncated: bool = False) -> list[dict[str, Any]]:
+        """Deltas for what was held back; tool calls last, one call's pieces after another.
+
+        `truncated`: the answer ended at its token limit; complete calls before a cut one are kept."""
         reasoning, content = self._think.finish() if self._think is not None else ("", "")
         content = self._content(content)
         calls: list[Call] = []
         if self._calls is not None:
-            rest, calls = self._calls.finish()
+            rest, calls, self.dropped_call = self._calls.finish(truncated)
             content += rest
+            if self.dropped_call:
+                _log.warning(
+                    "answer cut at its token limit inside a tool call: %d complete call(s) kept, "
+                    "the cut one dropped",
+                    len(calls),
+                )
         deltas = [_delta(reasoning, content)] if reasoning or content else []
         for index, call in enumerate(calls):
             entry = {
@@ -99,9 +116,9 @@ class ChatOutput:
             deltas += _call_deltas(index, entry)
         return deltas
 
-    def message(self, text: str) -> dict[str, Any]:
+    def message(self, text: str, truncated: bool = False) -> dict[str, Any]:
         """The whole `message` of a non-streamed reply."""
-        fields = [self.feed(text), *self.finish()]
+        fields = [self.feed(text), *self.finish(truncated)]
         content = "".join(f.get("content", "") for f in fields)
         reasoning = "".join(f.get("reasoning_content", "") for f in fields)
         msg: dict[str, Any] = {"role": "assistant", "content": content}

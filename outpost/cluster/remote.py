@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from outpost.backend import BackendStats, PromptCodec
 from outpost.cluster import wire
 from outpost.cluster.embed import vectors_of
 from outpost.cluster.gateway import GatewayLink, Pending
-from outpost.messages import GenerateRequest, TokenEvent
+from outpost.messages import EmbedInput, GenerateRequest, TokenEvent
 
 UNKNOWN_POSITIONS = 1 << 20  # a model file that does not say its trained context: the workers decide
 
@@ -86,9 +86,12 @@ class RemoteBackend:
     async def abort(self, request_id: str) -> None:
         await self.link.cancel(request_id)
 
-    async def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+    async def embed(self, texts: Sequence[EmbedInput]) -> tuple[list[list[float]], int]:
         """Vectors from a worker of this model; raises what `outpost serve`'s embed would."""
-        job = wire.EmbedJob(uuid.uuid4().hex, texts, deadline=time.monotonic() + self.request_timeout)
+        strings = [t for t in texts if isinstance(t, str)]
+        if len(strings) != len(texts):  # the wire's EmbedJob carries text (its version 1)
+            raise ValueError("token-id inputs are not supported through a gateway: send text")
+        job = wire.EmbedJob(uuid.uuid4().hex, strings, deadline=time.monotonic() + self.request_timeout)
         return vectors_of(await self.link.embed(self.model, job))
 
     def stats(self) -> BackendStats:

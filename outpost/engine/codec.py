@@ -15,6 +15,7 @@ from typing import Any
 from outpost.engine.chat_template import ChatTemplate, ChatTemplateError
 from outpost.engine.lib import ensure_backend, llama, recent_problems
 from outpost.engine.vocab import Vocab
+from outpost.messages import FimTokens
 
 
 def read_metadata(model: Any, key: str) -> str | None:
@@ -49,6 +50,14 @@ class LlamaCodec:
     @property
     def chat_template_source(self) -> str | None:
         return self._template_source
+
+    @property
+    def fim_tokens(self) -> FimTokens:
+        return self.vocab.fim
+
+    @property
+    def bos_token(self) -> int:
+        return self.vocab.bos if self.vocab.add_bos else -1
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         return self.vocab.tokenize(text, add_special=add_special, parse_special=parse_special)

@@ -7,6 +7,7 @@ and mean pooling, embeds texts a batch at a time, and returns L2-normalised vect
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from outpost.engine.config import EngineConfig
 from outpost.engine.lib import ensure_backend, llama, recent_problems
 from outpost.engine.model import ModelLoadError
 from outpost.engine.vocab import Vocab
+from outpost.messages import EmbedInput
 from outpost.scheduler.output import BatchChunk
 
 
@@ -59,9 +61,10 @@ class Embedder:
     def count_tokens(self, text: str) -> int:
         return len(self.vocab.tokenize(text, add_special=True, parse_special=False))
 
-    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
-        """Vectors for `texts` (in order) and the number of tokens read; ValueError if one is too long."""
-        tokenized = [self.vocab.tokenize(t, add_special=True, parse_special=False) or [0] for t in texts]
+    def embed(self, texts: Sequence[EmbedInput]) -> tuple[list[list[float]], int]:
+        """Vectors for `texts` (strings or token ids, in order) and the number of tokens read;
+        ValueError if one is too long or holds an id outside the vocabulary."""
+        tokenized = [self._tokens(i, t) for i, t in enumerate(texts)]
         for i, tokens in enumerate(tokenized):
             if len(tokens) > self.n_ctx:
                 raise ValueError(
@@ -72,6 +75,15 @@ class Embedder:
             for group in _groups(tokenized, self.n_seq, self.n_ctx):
                 vectors.extend(self._embed_group(group))
         return vectors, sum(len(t) for t in tokenized)
+
+    def _tokens(self, index: int, text: EmbedInput) -> list[int]:
+        if isinstance(text, str):
+            return self.vocab.tokenize(text, add_special=True, parse_special=False) or [0]
+        bad = next((t for t in text if not 0 <= t < self.vocab.n_tokens), None)
+        if bad is not None or not text:
+            what = f"token id {bad} is out of range" if text else "an empty token list"
+            raise ValueError(f"input {index} has {what}: the vocabulary has {self.vocab.n_tokens} tokens")
+        return list(text)
 
     def _embed_group(self, group: list[list[int]]) -> list[list[float]]:
         llama.llama_memory_clear(llama.llama_get_memory(self._ctx), True)

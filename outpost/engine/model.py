@@ -144,6 +144,7 @@ class LoadedModel:
             "n_vocab": self.vocab.n_tokens,
             "architecture": self.metadata("general.architecture"),
             "name": self.metadata("general.name"),
+            "model_path": self.config.model_path,
         }
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ import ctypes
 from typing import Any
 
 from outpost.engine.lib import llama
+from outpost.messages import FimTokens
 
 
 class Vocab:
@@ -20,6 +21,13 @@ class Vocab:
         self.add_bos = bool(llama.llama_vocab_get_add_bos(vocab_ptr))
         # Every end-of-generation id: ignore_eos bans them all, not just EOS.
         self.eog_ids = frozenset(t for t in range(self.n_tokens) if llama.llama_vocab_is_eog(vocab_ptr, t))
+        self.fim = FimTokens(
+            pre=int(llama.llama_vocab_fim_pre(vocab_ptr)),
+            suf=int(llama.llama_vocab_fim_suf(vocab_ptr)),
+            mid=int(llama.llama_vocab_fim_mid(vocab_ptr)),
+            rep=int(llama.llama_vocab_fim_rep(vocab_ptr)),
+            sep=int(llama.llama_vocab_fim_sep(vocab_ptr)),
+        )
         # Filled lazily; safe across threads (the engine and the API both render pieces) because
         # each call uses its own buffer and a dict assignment is atomic under the GIL.
         self._pieces: dict[int, bytes] = {}

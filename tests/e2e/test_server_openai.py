@@ -260,7 +260,8 @@ BAD_INPUT: list[tuple[str, str, Any, int, str | None]] = [
         400,
         None,
     ),
-    ("n=2", "/v1/chat/completions", {"messages": USER, "n": 2}, 400, None),
+    ("n=17", "/v1/chat/completions", {"messages": USER, "n": 17}, 400, None),
+    ("bad grammar", "/v1/chat/completions", {"messages": USER, "grammar": "root ::= x"}, 400, None),
     (
         "max_tokens over ctx",
         "/v1/chat/completions",

@@ -30,9 +30,11 @@ def test_max_tokens_defaults_clip_and_explicit_overflow_is_400() -> None:
 
 
 def test_n_and_stop_checks() -> None:  # an unknown model's 404: test_api_backend_seam.py
-    check_n(1)
-    with pytest.raises(ApiError, match="n=3"):
-        check_n(3)
+    assert (check_n(None), check_n(1), check_n(16)) == (1, 1, 16)
+    with pytest.raises(ApiError, match="n=17"):
+        check_n(17)
+    with pytest.raises(ApiError, match="n=0"):
+        check_n(0)
     assert (
         stop_strings("x") == ("x",)
         and stop_strings(["a", "", "b"]) == ("a", "b")

@@ -108,3 +108,31 @@ def test_builder_combines_schemas_under_one_root() -> None:
     assert (a, c) == ("a", "boolean")  # primitives keep their own rule names
     assert text.splitlines()[0] == 'root ::= "<x>" (a | boolean)'
     assert '\na ::= ("-" [1-9] [0-9]{0,15} | [0-3]) space\n' in text
+
+
+def test_gbnf_check_accepts_llama_cpp_grammars_and_names_the_problem() -> None:
+    import re
+
+    import pytest
+
+    from outpost.grammar import JSON_GRAMMAR, json_schema_to_grammar
+    from outpost.grammar.gbnf import GrammarSyntaxError, check_gbnf
+
+    check_gbnf(str(JSON_GRAMMAR))
+    check_gbnf(json_schema_to_grammar({"type": "array", "items": {"type": "integer"}, "maxItems": 3}))
+    check_gbnf('root ::= ( "x"\n  | [^a-z] )+ "\\x41" b{1,3} # note\nb ::= .\n')
+    bad = {
+        "root ::= foo": "'foo' is used but never defined",
+        'x ::= "a"': "no 'root' rule",
+        'root ::= "abc': "unterminated string",
+        "root ::= [a-z": "unterminated character class",
+        'root ::= * "a"': "must follow an item",
+        'root := "a"': "expected ::=",
+        'root ::= ("a" | "b"': "expected )",
+        'root ::= "\\q"': "unknown escape",
+        'root ::= "a"{2,1}': "n must not be less than m",
+        "  ": "empty",
+    }
+    for text, why in bad.items():
+        with pytest.raises(GrammarSyntaxError, match=re.escape(why)):
+            check_gbnf(text)

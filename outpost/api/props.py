@@ -1,0 +1,121 @@
+"""llama-server's server-state routes: `GET /props`, `POST /props`, `GET /slots`, and `/rerank`'s refusal.
+
+`/props` carries what llama-server's web UI and scripts read: `default_generation_settings`
+(`n_ctx` and the sampling defaults as `params`), `total_slots`, `model_path`, `chat_template`,
+`modalities`, `build_info`, `bos_token`/`eos_token`. Changing global properties (`POST /props`)
+needs llama-server's `--props`; Outpost has none, so it answers llama-server's 501 without it.
+`/slots` lists the slots with whether each is busy: Outpost's scheduler places requests per step,
+so a slot's figures are the pool's (no per-slot prompt or task id). Reranking needs a reranker
+model, which Outpost cannot serve yet: `/rerank` answers llama-server's 501 without `--reranking`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+import outpost
+from outpost.api import mapping
+from outpost.api.handlers import state_of
+from outpost.api.infill import not_supported
+from outpost.backend import InferenceBackend
+
+router = APIRouter()
+
+
+def default_params() -> dict[str, Any]:
+    d = mapping.DEFAULTS
+    return {
+        "n_predict": -1,
+        "seed": -1,
+        "temperature": d.temperature,
+        "top_k": d.top_k,
+        "top_p": d.top_p,
+        "min_p": d.min_p,
+        "typical_p": d.typical_p,
+        "repeat_last_n": d.penalty_last_n,
+        "repeat_penalty": d.repeat_penalty,
+        "presence_penalty": d.presence_penalty,
+        "frequency_penalty": d.frequency_penalty,
+        "n_probs": 0,
+        "ignore_eos": False,
+        "stream": False,
+        "samplers": [
+            "penalties",
+            "dry",
+            "top_n_sigma",
+            "top_k",
+            "typ_p",
+            "top_p",
+            "min_p",
+            "xtc",
+            "temperature",
+        ],
+    }
+
+
+def _piece(backend: InferenceBackend, token: int) -> str:
+    return backend.codec.token_piece(token).decode("utf-8", errors="replace") if token >= 0 else ""
+
+
+@router.get("/props", tags=["llama.cpp"])
+async def get_props(request: Request) -> dict[str, Any]:
+    """The server's model, context, slots and defaults, as llama-server reports them."""
+    state = state_of(request)
+    model_id, backend = state.backend_for(None)
+    meta = backend.describe()
+    stats = backend.stats()
+    return {
+        "default_generation_settings": {"n_ctx": backend.n_ctx_seq, "params": default_params()},
+        "total_slots": stats.slots_total,
+        "model_alias": model_id,
+        "model_path": meta.get("model_path", model_id),
+        "modalities": {"vision": False, "audio": False},
+        "chat_template": backend.codec.chat_template_source or "",
+        "bos_token": _piece(backend, backend.codec.bos_token),
+        "eos_token": "",
+        "build_info": f"outpost-{getattr(outpost, '__version__', '0')}",
+        "webui": state.config.webui,
+        "endpoint_slots": True,
+        "endpoint_props": False,
+        "endpoint_metrics": True,
+        "is_sleeping": False,
+    }
+
+
+@router.post("/props", include_in_schema=False)  # always 501: nothing to document
+async def set_props(request: Request) -> dict[str, Any]:
+    raise not_supported(
+        "This server does not support changing global properties. "
+        "llama-server allows it with --props; Outpost's settings are fixed at start"
+    )
+
+
+@router.get("/slots", tags=["llama.cpp"])
+async def slots(request: Request) -> list[dict[str, Any]]:
+    """One entry per slot: id, n_ctx, is_processing (the first `slots_busy` are busy)."""
+    _, backend = state_of(request).backend_for(None)
+    stats = backend.stats()
+    params = default_params()
+    return [
+        {
+            "id": i,
+            "id_task": -1,
+            "n_ctx": backend.n_ctx_seq,
+            "is_processing": i < stats.slots_busy,
+            "params": params,
+        }
+        for i in range(stats.slots_total)
+    ]
+
+
+@router.post("/rerank", include_in_schema=False)  # always 501 until rerankers are served
+@router.post("/reranking", include_in_schema=False)
+@router.post("/v1/rerank", include_in_schema=False)
+@router.post("/v1/reranking", include_in_schema=False)
+async def rerank(request: Request) -> dict[str, Any]:
+    raise not_supported(
+        "This server does not support reranking: Outpost cannot serve a reranker model yet "
+        "(llama-server's --reranking with a pooling-rank GGUF)"
+    )
