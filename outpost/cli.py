@@ -132,7 +132,9 @@ def _cmd_models_synth(args: argparse.Namespace) -> int:
 
 def _resolve_model(model: str | None, command: str = "run") -> str:
     if model:
-        return resolve_model_arg(model)  # a path, or a name in the model store (never downloads)
+        resolved = resolve_model_arg(model)  # a path, or a name in the model store (never downloads)
+        _label_random_weights(resolved)
+        return resolved
     from outpost.models import ensure_demo_model
 
     path = ensure_demo_model(progress=progress_bar("demo model"))
@@ -141,6 +143,20 @@ def _resolve_model(model: str | None, command: str = "run") -> str:
         f"outpost: for real answers give a real model: outpost {command} -m path/to/model.gguf\n"
     )
     return str(path)
+
+
+def _label_random_weights(path: str) -> None:
+    """Say so when a model's answers will be noise: a random-weight model (`outpost models synth`)."""
+    from outpost.models.gguf_info import read_gguf_info
+
+    try:
+        shape = read_gguf_info(Path(path)).synthetic_shape
+    except ValueError:
+        return  # not readable here: llama.cpp's load reports it
+    if shape:
+        sys.stderr.write(
+            f"outpost: {path} is a {shape}-shaped model with RANDOM WEIGHTS: its answers are noise\n"
+        )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

