@@ -143,7 +143,9 @@ async def _chat_stream(gen: Generation, spec: StreamSpec) -> AsyncIterator[bytes
                 yield sse(render.chat_chunk(spec.rid, spec.model, created, delta, logprobs=lp))
             if not event.finished:
                 continue
-            err = finish_error(event.finish_reason, event.error, spec.timeout, event.error_param)
+            err = finish_error(
+                event.finish_reason, event.error, spec.timeout, event.error_param, event.error_counts
+            )
             if err is not None:
                 yield sse(err.body())
                 break
@@ -177,7 +179,9 @@ async def _completion_stream(gens: list[Generation], spec: StreamSpec) -> AsyncI
             if spec.logprobs and event.logprobs:
                 lp = render.completion_logprobs(spec.codec, event.logprobs, len(out.text) - len(event.text))
             err = (
-                finish_error(event.finish_reason, event.error, spec.timeout, event.error_param)
+                finish_error(
+                    event.finish_reason, event.error, spec.timeout, event.error_param, event.error_counts
+                )
                 if event.finished
                 else None
             )
