@@ -60,6 +60,8 @@ class BackendStats:
     queue_depth: int = 0
     kv_cells_used: int = 0
     kv_cells_total: int = 0
+    n_decode: int = 0  # engine steps (llama_decode calls) so far; 0 where none run here (a gateway)
+    n_busy_slots: int = 0  # busy slots summed over those steps
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. a gateway's workers and queues
 
 

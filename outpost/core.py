@@ -104,6 +104,8 @@ class EngineCore:
         self._sinks: dict[str, EventSink] = {}
         self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future[object]]] = queue.SimpleQueue()
         self.steps = 0
+        self.decodes = 0  # steps that decoded (llama-server's n_decode)
+        self.busy_slot_steps = 0  # sequences in those decodes, summed (llama-server's n_busy_slots)
         built: Future[None] = Future()
         self._thread = threading.Thread(
             target=self._run, args=(build, built), name="outpost-engine", daemon=True
@@ -179,6 +181,9 @@ class EngineCore:
             if not self.scheduler.has_work():
                 return False
             out = self.scheduler.schedule(time.monotonic())
+            if out.chunks:
+                self.decodes += 1
+                self.busy_slot_steps += len({c.seq_id for c in out.chunks})
         result = self._execute(out)
         if self.step_delay and out.chunks:
             time.sleep(self.step_delay)  # the debug pacing knob (see STEP_DELAY_ENV); outside the lock

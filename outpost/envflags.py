@@ -77,6 +77,11 @@ def _value(parser: argparse.ArgumentParser, action: argparse.Action, name: str, 
         if word in _TRUE:
             return action.const
         return False if isinstance(action, argparse._StoreTrueAction) else action.default
+    if isinstance(action, argparse.BooleanOptionalAction):  # --name / --no-name
+        word = raw.strip().lower()
+        if word not in _TRUE | _FALSE:
+            parser.error(f"{name}={raw!r}: use 1/true/yes/on or 0/false/no/off")
+        return word in _TRUE
     if isinstance(action, argparse._AppendAction) or action.nargs in ("*", "+"):
         return [_convert_one(parser, action, name, v.strip()) for v in raw.split(",") if v.strip()]
     return _convert_one(parser, action, name, raw)

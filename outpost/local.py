@@ -77,6 +77,8 @@ class LocalBackend:
             queue_depth=scheduler.queue_depth,
             kv_cells_used=scheduler.kv_cells_used,
             kv_cells_total=self.engine.scheduler_config.n_ctx,
+            n_decode=self.engine.core.decodes,
+            n_busy_slots=self.engine.core.busy_slot_steps,
             extra={"prefill_budget": self.engine.prefill_budget.tokens},
         )
 

@@ -206,6 +206,7 @@ class TokenEvent:
     # cannot hold the request after the gateway accepted it. The API answers it as the 400
     # `context_length_exceeded` naming this parameter, as serve does before accepting.
     error_param: str | None = None
+    error_counts: tuple[int, int] | None = None  # with error_param: (prompt tokens, context size)
 
     @property
     def finished(self) -> bool:
@@ -223,9 +224,11 @@ class RequestRejected(ValueError):
 class ContextExceeded(RequestRejected):
     """A request longer than the context one request may use; `param` is the field to change."""
 
-    def __init__(self, message: str, param: str) -> None:
+    def __init__(self, message: str, param: str, n_prompt: int = 0, n_ctx: int = 0) -> None:
         super().__init__(message)
         self.param = param
+        self.n_prompt = n_prompt  # llama-server's n_prompt_tokens and n_ctx, in its error reply
+        self.n_ctx = n_ctx
 
 
 def context_exceeded(
@@ -241,12 +244,16 @@ def context_exceeded(
             f"the prompt has {n_prompt} tokens but this server's context holds {n_ctx_seq} tokens "
             "per request (prompt + output): shorten the prompt",
             "messages" if param != "max_new_tokens" else "inputs",
+            n_prompt,
+            n_ctx_seq,
         )
     if max_tokens is not None and max_tokens >= 1 and n_prompt + max_tokens > n_ctx_seq:
         return ContextExceeded(
             f"this server's context holds {n_ctx_seq} tokens per request; the prompt has {n_prompt} "
             f"and {param} asks for {max_tokens} more: lower {param} to at most {room} or shorten the prompt",
             param,
+            n_prompt,
+            n_ctx_seq,
         )
     return None
 

@@ -175,6 +175,7 @@ class FakeBackend:
             finish_reason=FinishReason.ERROR,
             error=str(exceeded),
             error_param=exceeded.param,
+            error_counts=(exceeded.n_prompt, exceeded.n_ctx),
         )
 
     async def abort(self, request_id: str) -> None:

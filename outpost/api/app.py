@@ -4,7 +4,8 @@
 backends (`outpost.backend.InferenceBackend`s) in a worker thread after the server starts
 listening, so /health answers `loading` (503)
 and then `ok`; the app closes what it loaded on shutdown. Middleware, outermost first: request
-log/metrics/drain gate -> CORS (only with --cors-origins) -> API keys -> body limit.
+log/metrics/drain gate -> CORS (llama-server's default: any origin; `--cors-origins none`: off) ->
+API keys -> body limit.
 The browser chat page (webui/) is at `/` unless `--no-webui`; its files need no key.
 """
 
@@ -41,6 +42,20 @@ from outpost.api.response_store import ResponseStore
 from outpost.api.state import BackendFactory, Backends, ServerState
 from outpost.settings import HttpSettings
 from outpost.tracing import Tracer
+
+# llama-server's `--cors-origins localhost`: an origin whose host is the local machine, any scheme
+# and port (a dev server on :5173 as well as the chat page itself).
+LOCALHOST_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
+
+
+def cors_options(origins: tuple[str, ...]) -> dict[str, Any] | None:
+    """CORSMiddleware's origin options for --cors-origins (None: CORS off). `*` answers any origin
+    (with credentials, Starlette echoes it, as llama-server does); other entries match exactly."""
+    if not origins or "none" in origins:
+        return None
+    exact = [o for o in origins if o != "localhost"]
+    regex = LOCALHOST_ORIGINS if "localhost" in origins else None
+    return {"allow_origins": exact, "allow_origin_regex": regex}
 
 
 def _lifespan(state: ServerState, factory: BackendFactory | None) -> Any:
@@ -105,12 +120,14 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_body=config.max_body)
     open_paths = (*config.open_paths, *webui.OPEN_PATHS) if config.webui else config.open_paths
     app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, open_paths=open_paths)
-    if config.cors_origins:
+    cors = cors_options(config.cors_origins)
+    if cors is not None:
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=list(config.cors_origins),
-            allow_methods=["GET", "POST", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type", "x-api-key"],
+            **cors,
+            allow_credentials=True,
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_headers=["*"],
         )
     app.add_middleware(RequestLogMiddleware, state=state, known_paths=known, tracer=tracer)
     return app

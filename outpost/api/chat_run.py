@@ -84,6 +84,7 @@ async def plan_for(state: ServerState, body: ChatCompletionRequest) -> tuple[str
         render_with,
         backend.codec.chat_template_source,
         state.config.reasoning_format,
+        state.config.reasoning != "off",
     )
     return model_id, backend, plan
 
@@ -103,7 +104,7 @@ async def start_chat(
         len(tokens), requested, backend.n_ctx_seq, cfg.default_max_tokens, param
     )
     n_probs = (body.top_logprobs or 0) if body.logprobs else -1
-    sampling = plan.sampling(mapping.sampling_params(codec, body, n_probs))
+    sampling = plan.sampling(mapping.sampling_params(codec, body, n_probs, state.sampling_defaults))
     rid = mapping.new_request_id(prefix)
     record_of(request).id = rid
     stops = mapping.stop_strings(body.stop)

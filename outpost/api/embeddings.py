@@ -35,7 +35,9 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]
     """Sentence embeddings for a string or a list of strings."""
     state = state_of(request)
     model_id, backend = state.backend_for(None)
-    if body.model and body.model not in state.embedding_ids:
+    if state.embedding_ids:  # --embedding-model: it answers whatever the name
+        model_id = state.embedding_ids[0]
+    elif body.model:
         model_id, backend = state.backend_for(body.model)  # a gateway serves several models
     texts = body.inputs()
     try:
@@ -54,6 +56,6 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]
             {"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)}
             for i, v in enumerate(vectors)
         ],
-        "model": body.model or model_id,
+        "model": model_id,
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     }

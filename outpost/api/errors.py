@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from outpost.messages import ChatTemplateError, QueueFull, RequestRejected
+from outpost.messages import ChatTemplateError, ContextExceeded, QueueFull, RequestRejected
 
 _log = logging.getLogger("outpost.api")
 
@@ -45,7 +45,9 @@ class ApiError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
+        """`extra`: more fields of the error object (llama-server's n_prompt_tokens, n_ctx)."""
         super().__init__(message)
         self.status = status
         self.message = message
@@ -53,9 +55,11 @@ class ApiError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
+        self.extra = extra or {}
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+        return {"error": {**error, **self.extra}}
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
@@ -65,8 +69,19 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return ApiError(400, message, param=param, code=code)
 
 
-def context_length_exceeded(message: str, param: str | None = "messages") -> ApiError:
-    return ApiError(400, message, param=param, code="context_length_exceeded")
+def context_length_exceeded(
+    message: str, param: str | None = "messages", counts: tuple[int, int] | None = None
+) -> ApiError:
+    """OpenAI's code with llama-server's type and, where known, its n_prompt_tokens and n_ctx."""
+    extra = {} if counts is None else {"n_prompt_tokens": counts[0], "n_ctx": counts[1]}
+    return ApiError(
+        400,
+        message,
+        type="exceed_context_size_error",
+        param=param,
+        code="context_length_exceeded",
+        extra=extra,
+    )
 
 
 def queue_full(message: str) -> ApiError:
@@ -83,6 +98,8 @@ def not_ready(status: str) -> ApiError:
 
 def from_engine_rejection(exc: RequestRejected) -> ApiError:
     text = str(exc)
+    if isinstance(exc, ContextExceeded):
+        return context_length_exceeded(text, exc.param, (exc.n_prompt, exc.n_ctx))
     if "tokens" in text and ("position" in text or "context" in text):
         return context_length_exceeded(text)
     return bad_request(text)

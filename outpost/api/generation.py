@@ -50,6 +50,7 @@ class Outcome:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     error: str | None = None
     error_param: str | None = None
+    error_counts: tuple[int, int] | None = None
 
     def add(self, event: TokenEvent) -> None:
         self.token_ids += event.token_ids
@@ -61,6 +62,7 @@ class Outcome:
             self.timings = event.timings or self.timings
             self.error = event.error
             self.error_param = event.error_param
+            self.error_counts = event.error_counts
 
 
 def admission_error(exc: BaseException) -> ApiError:
@@ -87,7 +89,11 @@ def timeout_error(timeout: float) -> ApiError:
 
 
 def finish_error(
-    finish: FinishReason | None, message: str | None, timeout: float, param: str | None = None
+    finish: FinishReason | None,
+    message: str | None,
+    timeout: float,
+    param: str | None = None,
+    counts: tuple[int, int] | None = None,
 ) -> ApiError | None:
     """The error a finish deserves (timeout 504, engine error 500, abort 503), or None for stop/length.
 
@@ -96,7 +102,7 @@ def finish_error(
     if finish is FinishReason.TIMEOUT:
         return timeout_error(timeout)
     if finish is FinishReason.ERROR and param is not None:
-        return context_length_exceeded(message or "the request does not fit the context", param=param)
+        return context_length_exceeded(message or "the request does not fit the context", param, counts)
     if finish is FinishReason.ERROR:
         return ApiError(
             500, message or "the engine failed this request", type="server_error", code="engine_error"
@@ -107,7 +113,7 @@ def finish_error(
 
 
 def outcome_error(outcome: Outcome, timeout: float) -> ApiError | None:
-    return finish_error(outcome.finish, outcome.error, timeout, outcome.error_param)
+    return finish_error(outcome.finish, outcome.error, timeout, outcome.error_param, outcome.error_counts)
 
 
 class Generation:

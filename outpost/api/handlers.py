@@ -130,7 +130,7 @@ async def handle_completion(state: ServerState, body: CompletionRequest, request
     prompts = _prompts(body)
     token_lists = [await asyncio.to_thread(mapping.prompt_tokens, codec, p) for p in prompts]
     n_probs = body.logprobs if body.logprobs is not None else -1
-    sampling = mapping.sampling_params(codec, body, n_probs)
+    sampling = mapping.sampling_params(codec, body, n_probs, state.sampling_defaults)
     stop = mapping.stop_strings(body.stop)
     rid = mapping.new_request_id("cmpl")
     record_of(request).id = rid

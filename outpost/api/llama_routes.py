@@ -43,8 +43,14 @@ async def apply_template(body: ApplyTemplateRequest, request: Request) -> dict[s
     state = state_of(request)
     codec = state.ready_backend().codec
     render = functools.partial(mapping.render_dicts, codec)
+    cfg = state.config
     plan = await asyncio.to_thread(
-        chat_plan.prepare, body, render, codec.chat_template_source, state.config.reasoning_format
+        chat_plan.prepare,
+        body,
+        render,
+        codec.chat_template_source,
+        cfg.reasoning_format,
+        cfg.reasoning != "off",
     )
     return {"prompt": plan.prompt}
 

@@ -73,7 +73,7 @@ def resolve_max_tokens(
     explicit = None if requested is None or requested == -1 else requested
     exceeded = context_exceeded(n_prompt, explicit, n_ctx_seq, param)
     if exceeded is not None:
-        raise context_length_exceeded(str(exceeded), param=exceeded.param)
+        raise context_length_exceeded(str(exceeded), exceeded.param, (exceeded.n_prompt, exceeded.n_ctx))
     room = n_ctx_seq - n_prompt
     if requested is None or requested == -1:
         return min(default, room) if requested is None else room
@@ -164,8 +164,18 @@ def body_grammar(body: SamplingFields) -> str | None:
     return from_format or fields
 
 
-def sampling_params(codec: PromptCodec, body: SamplingFields, n_probs: int = -1) -> SamplingParams:
-    d = DEFAULTS
+def server_defaults(temp: float | None, seed: int | None) -> SamplingParams:
+    """llama-server's defaults with the server's --temp and --seed over them."""
+    return dataclasses.replace(
+        DEFAULTS, temperature=DEFAULTS.temperature if temp is None else temp, seed=seed
+    )
+
+
+def sampling_params(
+    codec: PromptCodec, body: SamplingFields, n_probs: int = -1, defaults: SamplingParams = DEFAULTS
+) -> SamplingParams:
+    """`defaults` (`server_defaults`) fill what the request leaves out."""
+    d = defaults
     return SamplingParams(
         temperature=d.temperature if body.temperature is None else body.temperature,
         top_k=d.top_k if body.top_k is None else max(0, body.top_k),
@@ -174,7 +184,7 @@ def sampling_params(codec: PromptCodec, body: SamplingFields, n_probs: int = -1)
         repeat_penalty=d.repeat_penalty if body.repeat_penalty is None else body.repeat_penalty,
         presence_penalty=body.presence_penalty or 0.0,
         frequency_penalty=body.frequency_penalty or 0.0,
-        seed=None if body.seed is None or body.seed == -1 else body.seed & 0xFFFFFFFF,
+        seed=d.seed if body.seed is None or body.seed == -1 else body.seed & 0xFFFFFFFF,
         logit_bias=logit_bias(codec, body.logit_bias),
         ignore_eos=bool(body.ignore_eos),
         grammar=body_grammar(body),

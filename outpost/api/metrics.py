@@ -1,4 +1,5 @@
-"""Prometheus metrics (prefix `outpost_`) on a registry of the app's own, and the request observer.
+"""Prometheus metrics (prefix `outpost_`, and llama-server's `llamacpp:*`: llama_metrics.py) on a
+registry of the app's own, and the request observer.
 
 Token counters move as tokens are streamed, so an aborted request stops counting the moment it
 stops. Gauges (slots busy, queue depth, KV cells used) are read from the scheduler at scrape time.
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST as PROMETHEUS_CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from outpost.api.llama_metrics import LlamaCppCollector, LlamaCppTotals
 from outpost.backend import BackendStats
 from outpost.messages import Timings, TokenEvent
 
@@ -57,6 +59,7 @@ class Metrics:
         self.slots_busy = Gauge("outpost_slots_busy", "Slots running a request", registry=r)
         self.queue_depth = Gauge("outpost_queue_depth", "Requests waiting for a slot", registry=r)
         self.kv_cells_used = Gauge("outpost_kv_cells_used", "KV cache cells in use", registry=r)
+        self.llamacpp = LlamaCppTotals()
 
     def bind_stats(self, stats_of: Callable[[], BackendStats | None]) -> None:
         """Read the gauges from `stats_of()` (None while loading) whenever metrics are scraped."""
@@ -71,6 +74,7 @@ class Metrics:
         self.slots_busy.set_function(read("slots_busy"))
         self.queue_depth.set_function(read("queue_depth"))
         self.kv_cells_used.set_function(read("kv_cells_used"))
+        self.registry.register(LlamaCppCollector(self.llamacpp, stats_of))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -111,3 +115,4 @@ class RequestObserver:
             if timings.draft_n:
                 self._m.draft_tokens.inc(timings.draft_n)
                 self._m.draft_accepted.inc(timings.draft_n_accepted)
+            self._m.llamacpp.add(timings)

@@ -32,6 +32,7 @@ class ChatMessage(Body):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    reasoning_content: str | None = None  # an assistant turn's thinking (Qwen3's interleaved history)
 
     def text(self) -> str:
         """The content as one string; only text parts are supported."""
@@ -136,6 +137,10 @@ class ChatCompletionRequest(SamplingFields):
     parallel_tool_calls: bool | None = None
     reasoning_format: ReasoningFormat | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    # llama-server's / Hugging Face's rendering switches; a final assistant message is continued
+    # (prefill) unless continue_final_message is false.
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
 
 
 class CompletionRequest(SamplingFields):

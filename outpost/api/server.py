@@ -10,6 +10,7 @@ ends the process with exit code 1. What runs under it is built by the compositio
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 import time
 from types import FrameType
@@ -49,8 +50,14 @@ class DrainingServer(uvicorn.Server):
         self.url = url
         self.plan = plan
         self.exit_code = 0
+        self.hosts = state.config.hosts
         self._signalled_at: float | None = None
         self._announced = False
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        if sockets is None and len(self.hosts) > 1:  # --host a,b: uvicorn binds one host itself
+            sockets = bind_all(self.hosts, self.config.port)
+        await super().serve(sockets=sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._signalled_at is None and not self.should_exit:
@@ -84,11 +91,28 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
+def bind_all(hosts: tuple[str, ...], port: int) -> list[socket.socket]:
+    """A listening socket per address (llama-server's `--host 127.0.0.1,::1`)."""
+    socks = []
+    for host in hosts:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:  # :: must not also take the IPv4 port another entry binds
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((host, port))
+        sock.set_inheritable(True)
+        socks.append(sock)
+    return socks
+
+
 def uvicorn_config(app: FastAPI, config: HttpSettings) -> tuple[uvicorn.Config, str]:
-    """How `outpost serve` and `outpost gateway` run their app under uvicorn, and its URL."""
+    """How `outpost serve` and `outpost gateway` run their app under uvicorn, and its URL (the
+    first --host's; DrainingServer binds the others)."""
+    host = config.hosts[0]
     uv_config = uvicorn.Config(
         app,
-        host=config.host,
+        host=host,
         port=config.port,
         ssl_keyfile=config.ssl_keyfile,
         ssl_certfile=config.ssl_certfile,
@@ -99,7 +123,9 @@ def uvicorn_config(app: FastAPI, config: HttpSettings) -> tuple[uvicorn.Config, 
         timeout_keep_alive=5,
     )
     scheme = "https" if config.tls else "http"
-    return uv_config, f"{scheme}://{config.host}:{config.port}"
+    shown = f"[{host}]" if ":" in host else host
+    more = "".join(f", {h}" for h in config.hosts[1:])
+    return uv_config, f"{scheme}://{shown}:{config.port}{more}"
 
 
 def ready_summary(state: ServerState, plan: Plan | None) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 from outpost.api.errors import ApiError, not_ready
+from outpost.api.mapping import server_defaults
 from outpost.api.metrics import Metrics
 from outpost.backend import BackendStats, InferenceBackend
 from outpost.settings import HttpSettings
@@ -39,6 +40,7 @@ class ServerState:
         """model_id: the default model's id (known before it loads); embedding_ids: extra ids
         /v1/embeddings answers to (serve's --embedding-model); slots: /health's figure while loading."""
         self.config = config
+        self.sampling_defaults = server_defaults(config.temp, config.seed)
         self.metrics = metrics
         self.model_id = model_id
         self.embedding_ids = embedding_ids
@@ -53,12 +55,14 @@ class ServerState:
         return list(self.backends) or [self.model_id]
 
     def backend_for(self, requested: str | None) -> tuple[str, InferenceBackend]:
-        """The (model id, backend) a request names (None: the default), or a 503 / 404."""
+        """The (model id, backend) a request names (None: the default), or a 503; a name that is
+        not served is a 404 only where several models are (a gateway), else the one served."""
         if self.status != "ok" or not self.backends:
             if self.status == "failed":
                 raise ApiError(503, f"the model failed to load: {self.load_error}", code="load_failed")
             raise not_ready(self.status)
-        if not requested:
+        if not requested or len(self.backends) == 1:
+            # One model served: any name is it (llama-server's rule; clients send gpt-4o-mini).
             return next(iter(self.backends.items()))
         backend = self.backends.get(requested)
         if backend is None:

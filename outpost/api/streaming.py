@@ -165,7 +165,9 @@ async def _chat_stream(
                 yield sse(chunk(delta, logprobs=lp))
             if not event.finished:
                 continue
-            err = finish_error(event.finish_reason, event.error, spec.timeout, event.error_param)
+            err = finish_error(
+                event.finish_reason, event.error, spec.timeout, event.error_param, event.error_counts
+            )
             if err is not None:
                 yield sse(err.body())
                 break
@@ -205,7 +207,9 @@ async def _completion_stream(gens: list[Generation], spec: StreamSpec) -> AsyncI
             if spec.logprobs and event.logprobs:
                 lp = render.completion_logprobs(spec.codec, event.logprobs, len(out.text) - len(event.text))
             err = (
-                finish_error(event.finish_reason, event.error, spec.timeout, event.error_param)
+                finish_error(
+                    event.finish_reason, event.error, spec.timeout, event.error_param, event.error_counts
+                )
                 if event.finished
                 else None
             )

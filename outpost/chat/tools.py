@@ -153,6 +153,8 @@ def template_messages(fmt: ToolFormat, messages: list[dict[str, Any]]) -> list[d
             _tool_result(fmt, m, i, names, out)
         else:
             out.append({"role": m["role"], "content": m.get("content") or ""})
+        if m.get("reasoning_content"):  # the turn's thinking, for templates that replay it (Qwen3)
+            out[-1] = {**out[-1], "reasoning_content": m["reasoning_content"]}
     return out
 
 

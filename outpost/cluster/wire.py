@@ -223,6 +223,8 @@ def _event_out(e: TokenEvent) -> dict[str, Any]:
         out["error"] = e.error
     if e.error_param is not None:
         out["error_param"] = e.error_param
+    if e.error_counts is not None:
+        out["error_counts"] = list(e.error_counts)
     if e.logprobs is not None:
         out["logprobs"] = [_logprob_out(lp) for lp in e.logprobs]
     return out
@@ -245,7 +247,15 @@ def _event_in(request_id: str, d: dict[str, Any]) -> TokenEvent:
         error=d.get("error"),
         logprobs=None if lps is None else [_logprob_in(x) for x in lps],
         error_param=None if d.get("error_param") is None else str(d["error_param"]),
+        error_counts=_counts(d.get("error_counts")),
     )
+
+
+def _counts(value: Any) -> tuple[int, int] | None:
+    """A refusal's (prompt tokens, context size); absent from older workers."""
+    if not isinstance(value, list) or len(value) != 2:
+        return None
+    return int(value[0]), int(value[1])
 
 
 def _batch_out(batch: ReplyBatch) -> dict[str, Any]:

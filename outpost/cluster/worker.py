@@ -370,8 +370,14 @@ class Worker:
             stream = await self.backend.submit(request)
         except (QueueFull, RequestRejected, RuntimeError) as exc:
             # Too long for this worker's context (a gateway that had not seen it yet): serve's 400.
-            param = exc.param if isinstance(exc, ContextExceeded) else None
-            final = TokenEvent(rid, finish_reason=FinishReason.ERROR, error=str(exc), error_param=param)
+            over = exc if isinstance(exc, ContextExceeded) else None
+            final = TokenEvent(
+                rid,
+                finish_reason=FinishReason.ERROR,
+                error=str(exc),
+                error_param=None if over is None else over.param,
+                error_counts=None if over is None else (over.n_prompt, over.n_ctx),
+            )
             with contextlib.suppress(PublishError):
                 await send(wire.ReplyBatch(rid, attempt, seq, [final]))
             return final

@@ -35,6 +35,8 @@ def serve(
     engine_config(engine, model_path)  # a bad model file is a usage error, before anything starts
     engine, plan = sized(engine, model_path)
     configure_logging()
+    for notice in engine.notices():
+        _log.warning("%s", notice)
     embedding_ids = (Path(engine.embedding_model).stem,) if engine.embedding_model else ()
     app = create_app(
         partial(build_local_backends, engine, model_path, own.max_queue),

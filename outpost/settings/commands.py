@@ -17,7 +17,7 @@ from typing import Literal
 
 from outpost.settings.broker import BrokerSettings, TracingSettings
 from outpost.settings.engine import EngineSettings
-from outpost.settings.fields import Block, read_text, setting
+from outpost.settings.fields import CHAT_TEMPLATE_HELP, Block, chat_template_text, setting
 from outpost.settings.http import HttpSettings
 
 
@@ -57,8 +57,9 @@ class GatewaySettings(Block):
         help="model served (repeatable): GGUF or store name",
         action="append",
     )
-    chat_template: str | None = setting(
-        None, "--chat-template", help="jinja chat template file overriding the models'"
+    chat_template: str | None = setting(None, "--chat-template", help=CHAT_TEMPLATE_HELP)
+    chat_template_file: str | None = setting(
+        None, "--chat-template-file", help="jinja chat template file overriding the models'"
     )
     ctx_size: None = setting(
         None,
@@ -89,8 +90,8 @@ class GatewaySettings(Block):
     )
 
     def template_text(self) -> str | None:
-        """The --chat-template file's text (None: each model's own)."""
-        return None if self.chat_template is None else read_text(self.chat_template, "chat template")
+        """--chat-template's (name, text or file) or --chat-template-file's text (None: each model's own)."""
+        return chat_template_text(self.chat_template, self.chat_template_file)
 
 
 COMMANDS: dict[str, tuple[type[Block], ...]] = {

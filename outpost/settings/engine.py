@@ -19,7 +19,14 @@ from pydantic import Field, field_validator, model_validator
 
 from outpost.messages import SpecParams
 from outpost.scheduler.budget import parse_prefill_budget
-from outpost.settings.fields import Block, existing_file, read_text, setting
+from outpost.settings.fields import (
+    CHAT_TEMPLATE_HELP,
+    Block,
+    chat_template_text,
+    comma_list,
+    existing_file,
+    setting,
+)
 from outpost.sizing import int_or_auto
 
 Auto = Literal["auto"]
@@ -135,8 +142,9 @@ class EngineSettings(Block):
         parse=int,
         ge=0,
     )
-    chat_template: str | None = setting(
-        None, "--chat-template", help="jinja chat template file overriding the model's"
+    chat_template: str | None = setting(None, "--chat-template", help=CHAT_TEMPLATE_HELP)
+    chat_template_file: str | None = setting(
+        None, "--chat-template-file", help="jinja chat template file overriding the model's"
     )
     # Speculative decoding, with llama-server's spellings (outpost/scheduler/speculation.py).
     spec_type: SpecType | None = setting(
@@ -168,6 +176,48 @@ class EngineSettings(Block):
     embedding_model: str | None = setting(
         None, "--embedding-model", help="GGUF for /v1/embeddings (default: the served model)"
     )
+    # llama-server's flags below are accepted; those Outpost cannot honour say so at start (notices).
+    tags: tuple[str, ...] = setting(
+        (), "--tags", help="comma-separated tags shown with the model in /v1/models", parse=comma_list
+    )
+    embedding: bool = setting(
+        False,
+        "--embedding",
+        "--embeddings",
+        help="accepted: /v1/embeddings is always served (chat stays on, unlike llama-server's)",
+        action="store_true",
+    )
+    reranking: bool = setting(
+        False,
+        "--reranking",
+        "--rerank",
+        help="enable the /rerank endpoints (llama-server's)",
+        action="store_true",
+    )
+    pooling: Literal["none", "mean", "cls", "last", "rank"] | None = setting(
+        None,
+        "--pooling",
+        help="embedding pooling: Outpost pools by mean (another choice is noted and ignored)",
+        choices=("none", "mean", "cls", "last", "rank"),
+    )
+    jinja: bool = setting(
+        True, "--jinja", help="accepted: chat templates are always rendered with jinja", action="switch"
+    )
+    context_shift: bool = setting(
+        False,
+        "--context-shift",
+        help="accepted, not done: a reply that fills the context ends with finish_reason length",
+        action="switch",
+    )
+    slot_save_path: str | None = setting(
+        None, "--slot-save-path", help="folder for /slots save and restore (llama-server's)"
+    )
+    offline: bool = setting(
+        False,
+        "--offline",
+        help="accepted: serve and worker never download (outpost pull does)",
+        action="store_true",
+    )
 
     @field_validator("embedding_model", "model_draft")
     @classmethod
@@ -198,9 +248,29 @@ class EngineSettings(Block):
         return self
 
     def served_model_id(self, model_path: str) -> str:
-        """The id clients use for the model at `model_path` (-a, else the file stem)."""
-        return self.model_id or Path(model_path).stem
+        """The id clients use for the model at `model_path` (-a's first name, else the file stem)."""
+        return next(iter(self.aliases), None) or Path(model_path).stem
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """-a's names (llama-server takes `-a a,b`): the first is the served id."""
+        return comma_list(self.model_id or "")
 
     def template_text(self) -> str | None:
-        """The --chat-template file's text (None: the model's own)."""
-        return None if self.chat_template is None else read_text(self.chat_template, "chat template")
+        """--chat-template's (name, text or file) or --chat-template-file's text (None: the model's own)."""
+        return chat_template_text(self.chat_template, self.chat_template_file)
+
+    def notices(self) -> list[str]:
+        """One line per llama-server flag given here that Outpost accepts but does not honour."""
+        out = []
+        if not self.jinja:
+            out.append("--no-jinja ignored: Outpost always renders chat templates with jinja")
+        if self.context_shift:
+            out.append(
+                "--context-shift ignored: a reply that fills the context ends with finish_reason length"
+            )
+        if self.pooling not in (None, "mean"):
+            out.append(f"--pooling {self.pooling} ignored: Outpost's embeddings pool by mean")
+        if self.embedding:
+            out.append("--embedding: /v1/embeddings is always served; chat routes stay on")
+        return out

@@ -26,8 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.fields import FieldInfo
 
 from outpost import envflags
+from outpost.chat.builtin_templates import BUILTIN_TEMPLATES
 
-Action = Literal["store", "append", "store_true", "store_false"]
+Action = Literal["store", "append", "store_true", "store_false", "switch"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ def setting(
     """A pydantic field that is also a flag `names` (see the module docstring).
 
     `constraints` are pydantic's (`ge=1`, ...); `action` is argparse's: "append" for a repeatable
-    flag (a list; the env variable is comma-separated), "store_true"/"store_false" for a switch."""
+    flag (a list; the env variable is comma-separated), "store_true"/"store_false" for a switch,
+    "switch" for a `--name`/`--no-name` pair (llama-server's `--jinja`/`--no-jinja`)."""
     info: FieldInfo = Field(default, description=help, **constraints)
     info.metadata.append(Flag(tuple(names), help, parse, choices, action))
     return info
@@ -83,7 +85,8 @@ class Block(BaseModel):
                 long = next(n for n in flag.names if n.startswith("--"))
                 metavar = None if flag.choices else long[2:].upper().replace("-", "_")
                 kwargs.update(type=flag.parse, choices=flag.choices, metavar=metavar)
-            action = parser.add_argument(*flag.names, action=flag.action, **kwargs)
+            how: Any = argparse.BooleanOptionalAction if flag.action == "switch" else flag.action
+            action = parser.add_argument(*flag.names, action=how, **kwargs)
             envflags.annotate(action)
 
     @classmethod
@@ -111,3 +114,29 @@ def existing_file(path: str | None) -> str | None:
     if path is not None and not Path(path).is_file():
         raise ValueError(f"file not found: {path}")
     return path
+
+
+CHAT_TEMPLATE_HELP = (
+    "chat template overriding the model's: a llama.cpp built-in name ("
+    + ", ".join(BUILTIN_TEMPLATES)
+    + "), inline jinja text, or a jinja file"
+)
+
+
+def chat_template_text(value: str | None, file: str | None) -> str | None:
+    """llama-server's --chat-template (a built-in name or inline text; a file, as Outpost always
+    took) or --chat-template-file -> the template's text (None: the model's own)."""
+    if file is not None:
+        return read_text(file, "chat template")
+    if value is None:
+        return None
+    if value in BUILTIN_TEMPLATES:
+        return BUILTIN_TEMPLATES[value]
+    if "{{" in value or "{%" in value:
+        return value
+    if Path(value).is_file():
+        return read_text(value, "chat template")
+    raise ValueError(
+        f"--chat-template {value!r} is neither a built-in template ({', '.join(BUILTIN_TEMPLATES)}), "
+        "jinja text, nor a file"
+    )

@@ -30,7 +30,9 @@ def read_api_keys(path: str) -> tuple[str, ...]:
 class HttpSettings(Block):
     """How the OpenAI-compatible API listens and what it accepts; defaults follow llama-server."""
 
-    host: str = setting("127.0.0.1", "--host", help="address to bind (default 127.0.0.1)")
+    host: str = setting(
+        "127.0.0.1", "--host", help="address to bind, or several comma-separated (default 127.0.0.1)"
+    )
     port: int = setting(8080, "--port", help="port (default 8080, SageMaker's)", parse=int, ge=0, le=65535)
     api_keys: tuple[str, ...] = setting(
         (), "--api-key", help="accepted API key (repeatable)", action="append", repr=False
@@ -56,9 +58,10 @@ class HttpSettings(Block):
     ssl_keyfile: str | None = setting(None, "--ssl-keyfile", help="TLS private key (PEM)")
     ssl_certfile: str | None = setting(None, "--ssl-certfile", help="TLS certificate (PEM)")
     cors_origins: tuple[str, ...] = setting(
-        (),
+        ("*",),
         "--cors-origins",
-        help="comma-separated allowed origins, or * (default: CORS off)",
+        help="comma-separated allowed origins (exact scheme://host[:port]); localhost: any scheme and "
+        "port on localhost, 127.0.0.1 or [::1]; * (default, as llama-server: any origin); none: CORS off",
         parse=comma_list,
     )
     log_prompts: bool = setting(
@@ -69,6 +72,33 @@ class HttpSettings(Block):
         "--reasoning-format",
         help="auto (default): <think> text goes to reasoning_content; none: it stays in content",
         choices=("auto", "none", "deepseek"),
+    )
+    reasoning: Literal["auto", "on", "off"] = setting(
+        "auto",
+        "-rea",
+        "--reasoning",
+        help="thinking in templates that offer it: auto/on (default: enable_thinking true, as "
+        "llama-server) or off (enable_thinking false); a request's chat_template_kwargs wins",
+        choices=("auto", "on", "off"),
+    )
+    temp: float | None = setting(
+        None,
+        "--temp",
+        help="temperature for requests that set none (default 0.8, llama-server's)",
+        parse=float,
+        ge=0.0,
+    )
+    seed: int | None = setting(
+        None, "-s", "--seed", help="sampling seed for requests that set none (default: random)", parse=int
+    )
+    metrics: bool = setting(
+        False,
+        "--metrics",
+        help="accepted: /metrics is always on (outpost_* and llama-server's llamacpp:* series)",
+        action="store_true",
+    )
+    slots: bool = setting(
+        True, "--slots", help="the /slots monitoring endpoint (llama-server's; default on)", action="switch"
     )
     webui: bool = setting(True, "--no-webui", help="no chat page at / (404)", action="store_false")
     grace_period: float = setting(
@@ -127,6 +157,11 @@ class HttpSettings(Block):
         if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
             raise ValueError("TLS needs both --ssl-keyfile and --ssl-certfile")
         return self
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """--host's addresses (llama-server's `127.0.0.1,::1`), brackets off IPv6 literals."""
+        return tuple(h.strip("[]") for h in comma_list(self.host)) or ("127.0.0.1",)
 
     @property
     def tls(self) -> bool:

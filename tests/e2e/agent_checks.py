@@ -193,13 +193,12 @@ def anthropic_tools(url: str, model: str) -> None:
 
 def anthropic_errors(url: str, model: str) -> None:
     client = anthropic_client(url)
-    try:
-        client.messages.create(
-            model="no-such-model", max_tokens=4, messages=[{"role": "user", "content": "hi"}]
-        )
-        raise AssertionError("an unknown model was accepted")
-    except anthropic.NotFoundError as exc:
-        assert exc.body["type"] == "error" and exc.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    # One model served takes any name (llama-server's rule); the 404 envelope of a server with
+    # several: tests/unit/test_agent_apis.py.
+    other = client.messages.create(
+        model="claude-3-5-haiku-latest", max_tokens=4, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert other.model == model
     try:
         client.messages.create(model=model, max_tokens=0, messages=[{"role": "user", "content": "hi"}])
         raise AssertionError("max_tokens=0 was accepted")

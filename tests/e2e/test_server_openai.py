@@ -276,7 +276,6 @@ BAD_INPUT: list[tuple[str, str, Any, int, str | None]] = [
         400,
         "context_length_exceeded",
     ),
-    ("unknown model", "/v1/chat/completions", {"messages": USER, "model": "gpt-9"}, 404, "model_not_found"),
     (
         "invalid json_schema",
         "/v1/chat/completions",

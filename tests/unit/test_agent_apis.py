@@ -36,9 +36,12 @@ def run(
     backend: FakeBackend,
     config: HttpSettings,
     go: Callable[[openai.AsyncOpenAI, anthropic.AsyncAnthropic], Awaitable[T]],
+    more: dict[str, FakeBackend] | None = None,
 ) -> T:
+    """`more`: other models beside "m" (a gateway of several; one model takes any name)."""
+
     async def main() -> T:
-        app = create_app({"m": backend}, config, "m")
+        app = create_app({"m": backend, **(more or {})}, config, "m")
         http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://test")
         oa = openai.AsyncOpenAI(base_url="http://test/v1", api_key="k", http_client=http, max_retries=0)
         an = anthropic.AsyncAnthropic(base_url="http://test", api_key="k", http_client=http, max_retries=0)
@@ -228,7 +231,7 @@ def test_anthropic_errors_are_in_anthropics_envelope(config: HttpSettings) -> No
             caught.append(exc)
         return caught
 
-    caught = run(backend, config, go)
+    caught = run(backend, config, go, more={"n": FakeBackend()})  # two models: "other" is a 404
     statuses = [(e.status_code, e.body["error"]["type"]) for e in caught]
     assert statuses == [
         (404, "not_found_error"),

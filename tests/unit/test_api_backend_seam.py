@@ -202,6 +202,9 @@ def test_a_worker_refusing_after_the_200_answers_the_400_serve_gives(
     direct, plain, streamed = run(go, {"small": small, "racing": racing}, config)
     assert direct.status_code == 400 and direct.json()["error"]["code"] == "context_length_exceeded"
     assert "64" in direct.json()["error"]["message"]
+    error = direct.json()["error"]  # llama-server's type and figures beside OpenAI's code
+    assert error["type"] == "exceed_context_size_error" and error["n_ctx"] == 64
+    assert error["n_prompt_tokens"] > 0
     assert (plain.status_code, plain.json()) == (400, direct.json())
     assert streamed.status_code == 200
     events = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: ")]

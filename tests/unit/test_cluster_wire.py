@@ -262,7 +262,13 @@ def test_heartbeat_limits_round_trip_and_are_optional() -> None:
 
 
 def test_a_refusal_event_keeps_its_parameter() -> None:
-    ev = TokenEvent("r4", finish_reason=FinishReason.ERROR, error="too long", error_param="max_tokens")
+    ev = TokenEvent(
+        "r4",
+        finish_reason=FinishReason.ERROR,
+        error="too long",
+        error_param="max_tokens",
+        error_counts=(900, 1024),
+    )
     batch = wire.ReplyBatch("r4", 0, 0, [ev])
     (back,) = wire.decode_batch(wire.encode_batch(batch)).events
     assert back == ev

@@ -24,7 +24,7 @@ def _action(command: str, dest: str) -> argparse.Action:
 
 def _raw(flag: Flag, action: argparse.Action) -> str | None:
     """A value the flag accepts (None for a switch), or "" when it refuses every sample."""
-    if flag.action in ("store_true", "store_false"):
+    if flag.action in ("store_true", "store_false", "switch"):
         return None
     if flag.choices:
         return flag.choices[-1]
@@ -52,7 +52,8 @@ def test_each_field_is_its_flag_help_and_variable_in_each_command(command: str, 
         long = next(n for n in flag.names if n.startswith("--"))
         variable = env_name(action)
         assert variable == "OUTPOST_" + long[2:].upper().replace("-", "_")
-        assert tuple(action.option_strings) == flag.names
+        negated = tuple(f"--no-{n[2:]}" for n in flag.names) if flag.action == "switch" else ()
+        assert sorted(action.option_strings) == sorted((*flag.names, *negated))
         assert action.help is not None and action.help.startswith(flag.help)
         assert f"[env: {variable}" in action.help and flag.help.strip()
         raw = _raw(flag, action)

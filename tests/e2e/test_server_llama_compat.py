@@ -1,0 +1,117 @@
+"""`outpost serve` started as llama-server users start it and called as its clients call it (issue 26):
+its flags, a built-in chat template by name, prefill, any model name, its context error, its CORS
+default, its `llamacpp:*` metrics and two bound addresses; raw HTTP as its web UI and scripts, the
+`openai` client for the OpenAI routes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from server_harness import Server, start
+
+USER = {"role": "user", "content": "Name a colour."}
+LLAMA_SERVER_FLAGS = (
+    # llama-server's flags that Outpost refused before (exit 2/3): accepted, as fields of its settings
+    *("-np", "2", "-c", "2048", "--default-max-tokens", "8"),
+    *("--chat-template", "chatml", "--reasoning", "off", "--temp", "0", "--seed", "7"),
+    *("--metrics", "--slots", "--embeddings", "--jinja", "--context-shift", "--pooling", "cls"),
+    *("--reranking", "--alias", "tiny,chat", "--tags", "small,test", "--offline"),
+    *("--host", "127.0.0.1,::1"),
+)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    slots = tmp_path_factory.mktemp("slots")
+    with start(tiny_model, *LLAMA_SERVER_FLAGS, "--slot-save-path", str(slots)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def test_flags_it_cannot_honour_say_so_in_one_line(server: Server) -> None:
+    log = server.stderr()
+    assert "--context-shift ignored" in log and "--pooling cls ignored" in log
+    assert server.health()["status"] == "ok"
+
+
+def test_every_host_given_answers(server: Server) -> None:
+    for host in ("127.0.0.1", "[::1]"):
+        assert httpx.get(f"http://{host}:{server.port}/health", timeout=10).status_code == 200
+
+
+def test_any_model_name_is_the_one_served(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(model="gpt-3.5-turbo", messages=[USER], max_tokens=3)
+    assert r.model == "tiny" and r.choices[0].message.content is not None
+    e = client.embeddings.create(model="text-embedding-3-small", input="red")
+    assert e.model == "tiny" and len(e.data[0].embedding) > 0
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+
+
+def test_a_final_assistant_message_is_continued(server: Server, client: openai.OpenAI) -> None:
+    messages = [USER, {"role": "assistant", "content": "The colour is"}]
+    with server.client() as http:
+        prompt = http.post("/apply-template", json={"messages": messages}).json()["prompt"]
+        closed = http.post(
+            "/apply-template", json={"messages": messages, "continue_final_message": False}
+        ).json()["prompt"]
+        bare = http.post("/apply-template", json={"messages": [USER], "add_generation_prompt": False})
+        n_tokens = len(http.post("/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"])
+    assert prompt.endswith("<|im_start|>assistant\nThe colour is")  # chatml, by its built-in name
+    assert closed.endswith("The colour is<|im_end|>\n<|im_start|>assistant\n")
+    assert bare.json()["prompt"].endswith("Name a colour.<|im_end|>\n")
+    r = client.chat.completions.create(model="tiny", messages=messages, max_tokens=3)  # type: ignore[arg-type]
+    assert r.usage is not None and r.usage.prompt_tokens == n_tokens  # the chat route continues it too
+
+
+def test_temp_and_seed_are_the_defaults_of_requests_without_them(client: openai.OpenAI) -> None:
+    def text(**kwargs: object) -> str | None:
+        r = client.chat.completions.create(
+            model="tiny", messages=[USER], max_tokens=8, extra_body={"ignore_eos": True}, **kwargs
+        )  # type: ignore[call-overload]
+        return r.choices[0].message.content
+
+    assert text() == text(temperature=0)  # --temp 0: greedy unless a request asks otherwise
+    assert text(temperature=1.5) == text(temperature=1.5)  # --seed 7 for requests without a seed
+
+
+def test_context_overflow_is_llama_servers_error_with_openais_code(
+    server: Server, client: openai.OpenAI
+) -> None:
+    r = httpx.post(
+        f"{server.url}/v1/chat/completions", json={"messages": [USER], "max_tokens": 100000}, timeout=30
+    )
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["type"] == "exceed_context_size_error"
+    assert error["code"] == "context_length_exceeded" and error["n_ctx"] == 1024
+    assert 0 < error["n_prompt_tokens"] < 100
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model="tiny", messages=[USER], max_tokens=100000)
+    assert exc.value.code == "context_length_exceeded"
+
+
+def test_cors_preflight_is_answered_for_any_origin_by_default(server: Server) -> None:
+    origin = "http://app.example.com:3000"
+    headers = {"Origin": origin, "Access-Control-Request-Method": "POST"}
+    pre = httpx.options(f"{server.url}/v1/chat/completions", headers=headers, timeout=10)
+    assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == origin
+
+
+def test_metrics_carry_llama_servers_series(server: Server, client: openai.OpenAI) -> None:
+    client.chat.completions.create(
+        model="tiny", messages=[USER], max_tokens=4, extra_body={"ignore_eos": True}
+    )
+    server.wait_idle(60)
+    assert server.metric("llamacpp:prompt_tokens_total") > 0
+    assert server.metric("llamacpp:tokens_predicted_total") >= 4
+    assert server.metric("llamacpp:n_decode_total") >= 4
+    assert server.metric("llamacpp:prompt_seconds_total") > 0
+    assert server.metric("llamacpp:n_busy_slots_per_decode") >= 1
+    assert server.metric("outpost_generation_tokens_total") >= 4
