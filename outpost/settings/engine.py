@@ -106,15 +106,16 @@ class EngineSettings(Block):
         "auto",
         "-fa",
         "--flash-attn",
-        help="flash attention (default auto: on the CPU, on or off as a short decode probe measured "
-        "it faster on this machine, cached per machine (engine/kernel_probe.py); llama.cpp's auto with -ngl)",
+        help="flash attention (default auto: off on the CPU, or what a short decode probe measured "
+        "faster on this machine with OUTPOST_KERNEL_PROBE=on (engine/kernel_probe.py); llama.cpp's "
+        "auto with -ngl)",
         choices=_SWITCH3,
     )
     repack: Switch3 = setting(
         "auto",
         "--repack",
-        help="llama.cpp's repacked CPU weight layouts (default auto: repacked unless the kernel probe "
-        "measured plain weights faster; AMX probed where its tiles fault)",
+        help="llama.cpp's repacked CPU weight layouts (default auto: repacked unless the opt-in kernel "
+        "probe measured plain weights faster; AMX probed where its tiles fault)",
         choices=_SWITCH3,
     )
     kv_unified: Switch3 = setting(
@@ -123,7 +124,7 @@ class EngineSettings(Block):
         "--kv-unified",
         help="a stream of c/np KV cells per slot (auto, off: a token attends only over its own "
         "slot's cells; idle caches are kept) or one pool for all slots (on: one request may use "
-        "all c cells; auto takes it where the kernel probe measured it faster); AMX's one-token "
+        "all c cells; auto takes it where the opt-in kernel probe measured it faster); AMX's one-token "
         "layout and -np 1 always use one pool",
         choices=_SWITCH3,
     )
