@@ -132,9 +132,7 @@ def _cmd_models_synth(args: argparse.Namespace) -> int:
 
 def _resolve_model(model: str | None, command: str = "run") -> str:
     if model:
-        resolved = resolve_model_arg(model)  # a path, or a name in the model store (never downloads)
-        _label_random_weights(resolved)
-        return resolved
+        return resolve_model_arg(model)  # a path, or a name in the model store (never downloads)
     from outpost.models import ensure_demo_model
 
     path = ensure_demo_model(progress=progress_bar("demo model"))
@@ -162,7 +160,10 @@ def _label_random_weights(path: str) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from outpost.run import run_command
 
+    explicit = bool(args.model)
     args.model = _resolve_model(args.model)
+    if explicit:  # the demo model says so itself
+        _label_random_weights(args.model)
     return run_command(args)
 
 
