@@ -38,6 +38,11 @@ def test_schemathesis_finds_no_server_errors(tiny_model: Path, tmp_path: Path) -
             # there by design (tests/e2e/test_server_native.py checks it).
             "--exclude-path",
             "/infill",
+            # POST /props is llama-server's 501 without --props, which Outpost has not; schemathesis
+            # tries methods the schema lacks on a path it has (GET /props) and counts a 5xx. GET
+            # /props is tested in tests/unit/test_api_native.py.
+            "--exclude-path",
+            "/props",
             # One worker: with two, hypothesis parses lambdas' source in two threads at once, and
             # CPython 3.11's ast.parse is not thread-safe ("AST constructor recursion depth
             # mismatch" crashed the run, not the server, in a one-core run of the suite).
