@@ -23,7 +23,12 @@ from outpost.api.errors import bad_request
 from outpost.api.generation import Generation, Outcome, finish_error, outcome_error, start_all
 from outpost.api.handlers import state_of, wait_outcomes
 from outpost.api.native_render import NativeSpec
-from outpost.api.native_schemas import SAMPLER_NAMES, NativeCompletionRequest, NativePrompt
+from outpost.api.native_schemas import (
+    DEFAULT_SAMPLERS,
+    SAMPLER_NAMES,
+    NativeCompletionRequest,
+    NativePrompt,
+)
 from outpost.api.requestlog import record_of
 from outpost.api.streaming import merge, sse, sse_response, with_keepalive
 from outpost.backend import InferenceBackend, PromptCodec
@@ -31,17 +36,6 @@ from outpost.messages import SamplingParams
 
 router = APIRouter()
 
-DEFAULT_SAMPLERS = (
-    "penalties",
-    "dry",
-    "top_n_sigma",
-    "top_k",
-    "typ_p",
-    "top_p",
-    "min_p",
-    "xtc",
-    "temperature",
-)
 Piece = str | int
 
 

@@ -19,6 +19,18 @@ PromptPiece = str | int
 NativePrompt = str | list[PromptPiece | list[PromptPiece]]
 
 # llama-server's sampler names (common/sampling.cpp), with the alternative spellings it accepts.
+# llama-server's sampler order when a request names none (also what /props reports).
+DEFAULT_SAMPLERS = (
+    "penalties",
+    "dry",
+    "top_n_sigma",
+    "top_k",
+    "typ_p",
+    "top_p",
+    "min_p",
+    "xtc",
+    "temperature",
+)
 SAMPLER_NAMES = {
     "dry": "dry",
     "top_k": "top_k",

@@ -19,6 +19,7 @@ import outpost
 from outpost.api import mapping
 from outpost.api.handlers import state_of
 from outpost.api.infill import not_supported
+from outpost.api.native_schemas import DEFAULT_SAMPLERS
 from outpost.backend import InferenceBackend
 
 router = APIRouter()
@@ -41,17 +42,7 @@ def default_params() -> dict[str, Any]:
         "n_probs": 0,
         "ignore_eos": False,
         "stream": False,
-        "samplers": [
-            "penalties",
-            "dry",
-            "top_n_sigma",
-            "top_k",
-            "typ_p",
-            "top_p",
-            "min_p",
-            "xtc",
-            "temperature",
-        ],
+        "samplers": list(DEFAULT_SAMPLERS),
     }
 
 
