@@ -20,12 +20,12 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aio_pika
-from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
+from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 
 from outpost import tracing
@@ -33,6 +33,7 @@ from outpost.cluster import topology, wire
 from outpost.cluster.embed import EmbedCalls
 from outpost.cluster.heartbeat import Heartbeat, decode_heartbeat
 from outpost.cluster.routing import Route, Router, WorkerView
+from outpost.cluster.session import GATEWAY_GRACE_S, OUTAGE_BOUND_S, BrokerSession
 from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
 
 _log = logging.getLogger("outpost.cluster.gateway")
@@ -65,9 +66,14 @@ class GatewayLink:
     """One gateway process's broker connection, reply queue, worker table and requests in flight."""
 
     def __init__(
-        self, url: str, models: list[str], gateway_id: str | None = None, prefix_routing: bool = True
+        self,
+        url: str | Sequence[str],
+        models: list[str],
+        gateway_id: str | None = None,
+        prefix_routing: bool = True,
     ) -> None:
-        self.url = url
+        self.urls = [url] if isinstance(url, str) else list(url)  # a cluster's nodes: any will do
+        self.url = self.urls[0]
         self.models = list(models)
         self.gateway_id = gateway_id or uuid.uuid4().hex[:12]
         self.reply_name = topology.reply_queue(self.gateway_id)
@@ -85,62 +91,72 @@ class GatewayLink:
         }
         self.routers = {m: Router(topology.request_queue(m), prefix_routing) for m in self.models}
         self.embeds = EmbedCalls(PUBLISH_TIMEOUT_S, DEADLINE_GRACE_S)
-        self._conn: AbstractRobustConnection | None = None
+        self._conn: AbstractConnection | None = None
+        self._session: BrokerSession | None = None
+        self._run: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._jobs: set[asyncio.Task[None]] = set()  # fire-and-forget publishes, kept referenced
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self, connect_timeout: float = 30.0) -> None:
-        """Connect and declare; raises BackendUnavailable if the broker does not answer in time."""
-        deadline = time.monotonic() + connect_timeout
-        while True:
-            try:
-                self._conn = await topology.connect(self.url, f"outpost-gateway {self.gateway_id}")
-                break
-            except (TimeoutError, OSError, AMQPError) as exc:
-                if time.monotonic() > deadline:
-                    raise BackendUnavailable(f"broker unreachable at {topology.redact(self.url)}") from exc
-                await asyncio.sleep(0.5)
-        conn = self._conn
-        self._pub = await conn.channel(publisher_confirms=True, on_return_raises=True)
-        self._control, status = await topology.declare_common(self._pub)
+        """Connect and declare; raises BackendUnavailable if the broker does not answer in time.
+        The session then keeps the link up: after a loss it connects again and sets up afresh."""
+        self._session = BrokerSession(
+            self.urls, f"outpost-gateway {self.gateway_id}", self._setup, self._on_lost
+        )
+        self._run = asyncio.ensure_future(self._session.run())
+        first = asyncio.ensure_future(self._session.connected.wait())
+        await asyncio.wait({first, self._run}, timeout=connect_timeout, return_when=asyncio.FIRST_COMPLETED)
+        if not first.done():
+            first.cancel()
+            if self._run.done():
+                await self._run  # raises what stopped it (BrokerTLSError)
+            self._run.cancel()
+            raise BackendUnavailable(f"broker unreachable at {topology.redact(self.url)}")
+        self._tasks = [asyncio.ensure_future(self._poll_depths()), asyncio.ensure_future(self._expire())]
+
+    async def _setup(self, conn: AbstractConnection) -> None:
+        """Everything on a new connection: channels, declares, consumers (fresh tags every time)."""
+        session = self._session
+        assert session is not None  # set by start(), which runs the session
+        pub = session.essential(await conn.channel(publisher_confirms=True, on_return_raises=True))
+        control, status = await topology.declare_common(pub)
         for model in self.models:
-            await topology.declare_request_queue(self._pub, model)
-        side = await conn.channel()
-        assert isinstance(side, AbstractRobustChannel)  # a robust connection's channels are robust
-        self._side = side
-        replies = await self._side.declare_queue(self.reply_name, exclusive=True, auto_delete=True)
+            await topology.declare_request_queue(pub, model)
+        side = session.essential(await conn.channel())
+        replies = await side.declare_queue(self.reply_name, exclusive=True, auto_delete=True)
         await replies.consume(self._on_reply, no_ack=True)
-        # Named, not server-named: a robust reconnect re-declares it by name ("amq.gen-*" is refused).
-        status_q = await self._side.declare_queue(
+        status_q = await side.declare_queue(
             f"outpost.status.{self.gateway_id}", exclusive=True, auto_delete=True
         )
         await status_q.bind(status)
         await status_q.consume(self._on_status, no_ack=True)
-        # Depth polls on a channel of their own: a failed declare closes its channel, and this one
-        # neither consumes replies nor publishes requests.
-        probe = await conn.channel()
-        assert isinstance(probe, AbstractRobustChannel)  # a robust connection's channels are robust
-        self._probe = probe
-        dead_ch = await conn.channel()
+        dead_ch = session.essential(await conn.channel())
         await dead_ch.set_qos(prefetch_count=16)
         dead = await dead_ch.declare_queue(
             topology.DEAD_QUEUE, durable=True, arguments={"x-queue-type": "quorum"}
         )
         await dead.consume(self._on_dead)
-        self._tasks = [asyncio.ensure_future(self._poll_depths()), asyncio.ensure_future(self._expire())]
+        self._conn, self._pub, self._control, self._side = conn, pub, control, side
+        # Depth polls on a channel of their own, reopened when a failed declare closes it.
+        self._probe = await conn.channel()
+
+    async def _on_lost(self) -> None:
+        self._conn = None
 
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await self._conn.close()
+        if self._run is not None:
+            self._run.cancel()
+            await asyncio.wait({self._run}, timeout=10)
+        if self._session is not None:
+            await self._session.close()
 
     @property
     def connected(self) -> bool:
-        return self._conn is not None and self._conn.connected.is_set() and not self._conn.is_closed
+        return self._session is not None and self._session.connected.is_set() and self._conn is not None
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -171,10 +187,10 @@ class GatewayLink:
             raise QueueFull(f"the queue for {model} is full; retry later") from exc
         except (TimeoutError, AMQPError, OSError, RuntimeError) as exc:
             self.pending.pop(rid, None)
-            if isinstance(exc, TimeoutError):
-                # No confirm in time: the broker may still have taken it. The client gets its 503
-                # now, so no worker should spend a slot on it (workers remember early cancels).
-                self._background(self._publish_cancel(rid))
+            # No confirm (a timeout, or the connection went): the broker may still have taken it.
+            # The client gets its 503 now, so no worker should spend a slot on it (workers
+            # remember early cancels); sent once the link is back.
+            self._background(self._publish_cancel(rid, wait=True))
             raise BackendUnavailable(
                 "the message broker is unreachable; retry later", retry_after=2.0
             ) from exc
@@ -236,7 +252,10 @@ class GatewayLink:
             return
         await self._publish_cancel(request_id)
 
-    async def _publish_cancel(self, request_id: str) -> None:
+    async def _publish_cancel(self, request_id: str, wait: bool = False) -> None:
+        if wait and self._session is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._session.connected.wait(), OUTAGE_BOUND_S)
         if not self.connected:
             return
         with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
@@ -280,6 +299,7 @@ class GatewayLink:
                 self.embeds.on_verdict(batch)  # an embedding job the broker gave up on
             return  # cancelled or already finished
         if batch.attempt == BROKER_VERDICT:
+            self.counters["dead_lettered"] += 1  # counted by the gateway whose client it tells
             self._deliver(pending, [e for e in batch.events if e.finished][:1])
         elif batch.attempt == pending.attempt and batch.seq == pending.next_seq:
             pending.next_seq += 1
@@ -310,7 +330,6 @@ class GatewayLink:
         headers = message.headers or {}
         reason = str(headers.get("x-first-death-reason", "rejected"))
         rid = message.correlation_id or ""
-        self.counters["dead_lettered"] += 1
         if reason == "expired":
             final = TokenEvent(
                 rid, finish_reason=FinishReason.TIMEOUT, error="the request's deadline passed in the queue"
@@ -325,13 +344,20 @@ class GatewayLink:
             )
         if message.reply_to and rid:
             body = wire.encode_batch(wire.ReplyBatch(rid, BROKER_VERDICT, 0, [final]))
-            with contextlib.suppress(PublishError):  # its gateway is gone: nobody to tell
+            try:
                 await self._pub.default_exchange.publish(
                     aio_pika.Message(body, correlation_id=rid),
                     routing_key=message.reply_to,
                     mandatory=True,
                     timeout=10,
                 )
+            except PublishError:
+                if self._session is not None and self._session.since_connected() < GATEWAY_GRACE_S:
+                    # Its gateway may be re-declaring its reply queue after the same outage.
+                    await asyncio.sleep(0.5)
+                    await message.nack(requeue=True)
+                    return
+                # Else its gateway is gone: nobody to tell.
         await message.ack()
 
     async def _on_status(self, message: AbstractIncomingMessage) -> None:
@@ -363,23 +389,34 @@ class GatewayLink:
     async def _poll_depths(self) -> None:
         while True:
             with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
-                if self.connected:
+                if self.connected and self._conn is not None:
+                    if self._probe.is_closed:  # a failed declare closed it; the connection is fine
+                        self._probe = await self._conn.channel()
                     for model in self.models:
                         self.depths[model] = await topology.request_queue_depth(self._probe, model)
             await asyncio.sleep(0.5)
 
     async def _expire(self) -> None:
-        """A last resort for a final reply that never comes (e.g. a dead-letter lost with its broker)."""
+        """A last resort for a final reply that never comes: past a request's deadline (e.g. a
+        dead-letter lost with its broker), or the broker unreachable for OUTAGE_BOUND_S."""
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
+            outage = self._session is not None and self._session.down_for() > OUTAGE_BOUND_S
             for pending in list(self.pending.values()):
                 deadline = pending.request.deadline
-                if deadline is not None and now > deadline + DEADLINE_GRACE_S:
+                if outage:
+                    error = f"the message broker has been unreachable for more than {OUTAGE_BOUND_S:g} s"
+                    event = TokenEvent(
+                        pending.request.request_id, finish_reason=FinishReason.ERROR, error=error
+                    )
+                elif deadline is not None and now > deadline + DEADLINE_GRACE_S:
                     event = TokenEvent(
                         pending.request.request_id, finish_reason=FinishReason.TIMEOUT, error="no reply"
                     )
-                    self._deliver(pending, [event])
+                else:
+                    continue
+                self._deliver(pending, [event])
 
     def n_ctx_seq(self, model: str) -> int | None:
         """The positions per request every live, non-draining worker of `model` holds: the smallest

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustChannel
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 from aiormq.exceptions import AMQPError
 
 _log = logging.getLogger("outpost.cluster.intake")
@@ -98,7 +98,7 @@ class Intake:
 
     def __init__(
         self,
-        channel: AbstractRobustChannel,
+        channel: AbstractChannel,
         queues: dict[str, AbstractQueue],
         slots: int,
         handle: Callable[[AbstractIncomingMessage], Awaitable[None]],

@@ -46,10 +46,9 @@ import aio_pika
 import httpx
 from aio_pika.abc import (
     AbstractChannel,
+    AbstractConnection,
     AbstractExchange,
     AbstractQueue,
-    AbstractRobustChannel,
-    AbstractRobustConnection,
 )
 from aio_pika.connection import make_url
 from aiormq.exceptions import AMQPError
@@ -108,21 +107,21 @@ async def declare_lane(channel: AbstractChannel, model: str, worker_id: str, len
     )
 
 
-async def lane_depth(channel: AbstractRobustChannel, model: str, worker_id: str, length: int) -> int:
+async def lane_depth(channel: AbstractChannel, model: str, worker_id: str, length: int) -> int:
     """Messages ready in a worker's lane, by declaring it again as it was declared: that renews its
     unused-expiry lease and brings it back if it went, where a passive declare of a missing queue
     would be a channel error. `channel` must consume nothing (RabbitMQ 3.10 answers a declare on a
     channel that consumes the queue with 0 ready)."""
     queue = await channel.declare_queue(
-        lane_queue(model, worker_id), durable=True, arguments=lane_arguments(model, length), robust=False
-    )  # robust=False: aio-pika answers a repeated robust declare from its cache
+        lane_queue(model, worker_id), durable=True, arguments=lane_arguments(model, length)
+    )
     return int(queue.declaration_result.message_count or 0)
 
 
-async def request_queue_depth(channel: AbstractRobustChannel, model: str) -> int:
+async def request_queue_depth(channel: AbstractChannel, model: str) -> int:
     """Messages ready in a model's request queue (declared as every process declares it)."""
     queue = await channel.declare_queue(
-        request_queue(model), durable=True, arguments=request_queue_arguments(), robust=False
+        request_queue(model), durable=True, arguments=request_queue_arguments()
     )
     return int(queue.declaration_result.message_count or 0)
 
@@ -246,22 +245,18 @@ def redact(url: str) -> str:
     return f"{parts.scheme}://{user}{host}{parts.path}"
 
 
-async def connect(url: str, name: str) -> AbstractRobustConnection:
-    """A connection that reconnects by itself; heartbeats every 5 s (the I/O is never blocked).
+async def connect(url: str, name: str, heartbeat: int = 2) -> AbstractConnection:
+    """A plain connection (session.py rebuilds everything on it after a loss; nothing here reconnects).
 
     Raises BrokerTLSError when the TLS handshake fails for a certificate or a wrong port: callers
     retry unreachable brokers, and a retry would only hide that."""
-    # aio_pika.connect_robust, less its leak: a robust connection's reconnect task ignores
-    # cancellation until the connection is closed, so a caller cancelled while connecting (a
-    # worker stopped before the broker answers) would leave it running and its event loop
-    # waiting on it forever. Ours is closed whenever connecting does not end in a connection.
-    conn = aio_pika.RobustConnection(
-        make_url(_named(url, name)), ssl_context=tls_context(url), heartbeat=5, reconnect_interval=0.5
-    )
+    conn = aio_pika.Connection(make_url(_named(url, name)), ssl_context=tls_context(url), heartbeat=heartbeat)
     try:
         await conn.connect()
         return conn
     except BaseException as exc:
+        # Closed whenever connecting does not end in a connection (a caller cancelled mid-connect
+        # must leave nothing running).
         await asyncio.shield(conn.close())
         reason = _tls_failure(exc) if isinstance(exc, OSError | AMQPError) else None
         if reason is None:

@@ -37,11 +37,11 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import aio_pika
-from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
+from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 from aiormq.exceptions import AMQPError, PublishError
 
 from outpost import tracing
@@ -51,6 +51,7 @@ from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat, template_hash
 from outpost.cluster.intake import LANE, SHARED, Intake
 from outpost.cluster.outbox import Outboxes, step_batches
 from outpost.cluster.prefix import BLOCK, PrefixIndex
+from outpost.cluster.session import GATEWAY_GRACE_S, BrokerSession
 from outpost.messages import (
     ContextExceeded,
     FinishReason,
@@ -68,6 +69,13 @@ _log = logging.getLogger("outpost.cluster.worker")
 SendBatch = Callable[[wire.ReplyBatch], Awaitable[None]]  # returns once the batch is confirmed
 
 RESUME_TIMEOUT_S = 10.0
+LOST_DRAIN_S = 30.0  # the requests of a lost connection end within an engine step of their abort
+
+
+class ResumeUnanswered(Exception):
+    """A gateway took the resume query but sent no answer: the request goes back to the broker."""
+
+
 CANCEL_MEMORY = 4096  # recently cancelled ids, for a cancel that overtakes its request
 
 
@@ -111,13 +119,13 @@ class Worker:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         model: str,
         backend: InferenceBackend,
         worker_id: str | None = None,
         tracer: Tracer | None = None,
     ) -> None:
-        self.url = url
+        self.urls = [url] if isinstance(url, str) else list(url)  # a cluster's nodes: any will do
         self.tracer = tracer
         self.model = model
         self.backend = backend
@@ -133,6 +141,11 @@ class Worker:
         self.completed = 0
         self.lane = topology.lane_queue(model, self.worker_id)
         self._intake: Intake | None = None
+        self._watch: asyncio.Future[None] | None = None
+        self._held = 0
+        self.max_held = 0  # the most requests it ever held at once (never more than its slots)
+        self._conn: AbstractConnection | None = None
+        self._session = BrokerSession(self.urls, "", self._setup)  # replaced by run()'s
         self._outboxes = Outboxes(self._publish_reply)
 
     @property
@@ -143,72 +156,93 @@ class Worker:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Serve until `stop` is set, then stop consuming and finish what is in flight."""
-        conn = await self._connect()
-        background: list[asyncio.Future[None]] = []
+        """Serve until `stop` is set, then stop consuming and finish what is in flight.
+
+        The broker session sets everything up again after every lost connection (`_on_lost` drops
+        what the old one delivered: the broker redelivers it, and it resumes where its client is)."""
+        session = BrokerSession(self.urls, f"outpost-worker {self.worker_id}", self._setup, self._on_lost)
+        self._session = session
+        running = asyncio.ensure_future(session.run())
+        heartbeats = asyncio.ensure_future(self._heartbeats())
         try:
-            intake = await self._setup(conn)
-            background = [asyncio.ensure_future(self._heartbeats()), asyncio.ensure_future(intake.watch())]
-            _log.warning("worker %s: consuming %s and %s", self.worker_id, self._shared_name, self.lane)
-            await stop.wait()
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({stopped, running}, return_when=asyncio.FIRST_COMPLETED)
+            if running.done():
+                stopped.cancel()
+                await running  # raises what ended it (BrokerTLSError)
             self._draining = True
-            await intake.stop()
-            while intake.tasks:  # in flight: finish them, ack them
-                await asyncio.wait(set(intake.tasks))
-            await self._publish_heartbeat()
+            if self._intake is not None:
+                await self._intake.stop()
+            while self._intake is not None and self._intake.tasks:  # in flight: finish them, ack them
+                await asyncio.wait(set(self._intake.tasks))
+            with contextlib.suppress(
+                AMQPError, RuntimeError, asyncio.TimeoutError, PublishError, AttributeError
+            ):
+                await self._publish_heartbeat()
             # The lane is left to its x-expires: deleting it could lose a request a gateway routed
             # here before it saw the draining heartbeat (quorum queues refuse delete-if-empty).
         finally:
             # Cancelled (not stopped): nothing this worker started may outlive it or consume again;
             # the connection closes at once, as a killed worker's does (what it held is redelivered).
-            for task in background:
-                task.cancel()
+            heartbeats.cancel()
             if self._intake is not None:
                 self._intake.abandon()
-            await conn.close()
+            running.cancel()
+            await asyncio.wait({running}, timeout=10)
+            await session.close()
 
-    async def _connect(self) -> AbstractRobustConnection:
-        """Connect, retrying while the broker is not up yet (a worker may start first)."""
-        delay = 0.2
-        while True:
-            try:
-                return await topology.connect(self.url, f"outpost-worker {self.worker_id}")
-            except (TimeoutError, OSError, AMQPError) as exc:
-                _log.warning("broker not reachable (%s); retrying", type(exc).__name__)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    async def _setup(self, conn: AbstractRobustConnection) -> Intake:
-        pub = await conn.channel(publisher_confirms=True, on_return_raises=True)
-        assert isinstance(pub, AbstractRobustChannel)  # a robust connection's channels are
-        self._pub = pub
-        self._control, self._status = await topology.declare_common(self._pub)
-        consume_ch = await conn.channel()
-        assert isinstance(consume_ch, AbstractRobustChannel)  # a robust connection's channels are
+    async def _setup(self, conn: AbstractConnection) -> None:
+        """Everything on a new connection: channels, declares, and the intake's consumers (fresh
+        consumer tags every time; the requests of the last connection have all ended by now)."""
+        session = self._session
+        pub = session.essential(await conn.channel(publisher_confirms=True, on_return_raises=True))
+        control, self._status = await topology.declare_common(pub)
+        consume_ch = session.essential(await conn.channel())
         shared = await topology.declare_request_queue(consume_ch, self.model)
         self._shared_name = shared.name
         lane = await topology.declare_lane(consume_ch, self.model, self.worker_id, self.slots)
-        side = await conn.channel()
-        # Named, not server-named: a robust reconnect re-declares it by name ("amq.gen-*" is refused).
+        side = session.essential(await conn.channel())
         control_q = await side.declare_queue(
             f"outpost.control.{self.worker_id}", exclusive=True, auto_delete=True
         )
-        await control_q.bind(self._control)
+        await control_q.bind(control)
         await control_q.consume(self._on_control, no_ack=True)
         self._private = topology.reply_queue(f"worker.{self.worker_id}")
         private_q = await side.declare_queue(self._private, exclusive=True, auto_delete=True)
         await private_q.consume(self._on_private, no_ack=True)
-        probe = await conn.channel()  # depths only: a failed declare must not close pub or consume_ch
-        assert isinstance(probe, AbstractRobustChannel)  # a robust connection's channels are
-        self._probe = probe
+        self._conn, self._pub = conn, pub
+        self._probe = await conn.channel()  # depths only: a failed declare must not close pub or consume_ch
         intake = Intake(consume_ch, {LANE: lane, SHARED: shared}, self.slots, self._handle, self._depth)
         self._intake = intake
         await intake.start()
-        return intake
+        self._watch = asyncio.ensure_future(intake.watch())
+        if session.connections:
+            _log.warning("worker %s: consuming %s and %s again", self.worker_id, self._shared_name, self.lane)
+        else:
+            _log.warning("worker %s: consuming %s and %s", self.worker_id, self._shared_name, self.lane)
+
+    async def _on_lost(self) -> None:
+        """The connection went: what it delivered can no longer be acked, and the broker gives it
+        again (here or to another worker, whose `resume?` continues it). End it all before the next
+        setup consumes, so this worker never holds more requests than it has slots."""
+        intake, self._intake = self._intake, None
+        if self._watch is not None:
+            self._watch.cancel()
+        if intake is None:
+            return
+        intake.abandon()
+        if intake.tasks:
+            _, left = await asyncio.wait(set(intake.tasks), timeout=LOST_DRAIN_S)
+            if left:
+                _log.error(
+                    "worker %s: %d requests did not end after the connection went", self.worker_id, len(left)
+                )
 
     async def _depth(self, source: str) -> int:
         """Ready messages in the lane or the shared queue. Declaring the lane again renews its
         unused-expiry lease while no credit consumes it (all on the shared queue, or one slot)."""
+        if self._probe.is_closed and self._conn is not None:  # a failed declare closed it
+            self._probe = await self._conn.channel()
         if source == LANE:
             return await topology.lane_depth(self._probe, self.model, self.worker_id, self.slots)
         return await topology.request_queue_depth(self._probe, self.model)
@@ -216,7 +250,8 @@ class Worker:
     async def _heartbeats(self) -> None:
         while True:
             with contextlib.suppress(AMQPError, RuntimeError, asyncio.TimeoutError, PublishError):
-                await self._publish_heartbeat()
+                if self._session is not None and self._session.connected.is_set():
+                    await self._publish_heartbeat()
             await asyncio.sleep(topology.HEARTBEAT_S)
 
     async def _publish_heartbeat(self) -> None:
@@ -268,13 +303,23 @@ class Worker:
     # -- requests -------------------------------------------------------------------------------
 
     async def _handle(self, message: AbstractIncomingMessage) -> None:
+        self._held += 1  # across connections: a lost one's requests count until they have ended
+        self.max_held = max(self.max_held, self._held)
         try:
             await self._serve(message)
+        except ResumeUnanswered as exc:
+            _log.warning(
+                "worker %s: no resume answer for %s; returning it to the broker", self.worker_id, exc
+            )
+            with contextlib.suppress(Exception):
+                await message.reject(requeue=True)
         except Exception:
             _log.exception("worker %s: a request failed", self.worker_id)
             # Not acked: the broker redelivers it (and dead-letters it past the delivery limit).
             with contextlib.suppress(Exception):
                 await message.reject(requeue=True)
+        finally:
+            self._held -= 1
 
     async def _serve(self, message: AbstractIncomingMessage) -> None:
         try:
@@ -348,16 +393,29 @@ class Worker:
         return None
 
     async def _ask_resume(self, rid: str, reply_to: str) -> wire.ResumeState | None:
+        """What the client already has; None when its gateway is gone. Raises ResumeUnanswered when
+        the gateway is there but no answer came (the request goes back to the broker)."""
         future: asyncio.Future[wire.ResumeState] = asyncio.get_running_loop().create_future()
         self._resumes[rid] = future
         try:
-            query = aio_pika.Message(
-                wire.encode_resume_query(rid), reply_to=self._private, correlation_id=rid
-            )
-            await self._pub.default_exchange.publish(query, routing_key=reply_to, mandatory=True, timeout=10)
-            return await asyncio.wait_for(future, RESUME_TIMEOUT_S)
-        except (TimeoutError, PublishError):
-            return None  # unroutable: the gateway is gone
+            for _ in range(int(GATEWAY_GRACE_S / 0.5) + 2):  # bounded: grace / retry interval
+                query = aio_pika.Message(
+                    wire.encode_resume_query(rid), reply_to=self._private, correlation_id=rid
+                )
+                try:
+                    await self._pub.default_exchange.publish(
+                        query, routing_key=reply_to, mandatory=True, timeout=10
+                    )
+                except PublishError:  # unroutable: gone, unless it may still be reconnecting
+                    if self._session.since_connected() >= GATEWAY_GRACE_S:
+                        return None
+                    await asyncio.sleep(0.5)
+                    continue
+                try:
+                    return await asyncio.wait_for(future, RESUME_TIMEOUT_S)
+                except TimeoutError as exc:
+                    raise ResumeUnanswered(rid) from exc
+            return None
         finally:
             self._resumes.pop(rid, None)
 

@@ -274,9 +274,7 @@ async def kill(worker: tuple[Worker, asyncio.Event, asyncio.Task[None]]) -> None
 
 
 async def queue_depth(backend: RemoteBackend) -> int:
-    queue = await backend.link._side.declare_queue(
-        topology.request_queue(backend.model), passive=True, robust=False
-    )
+    queue = await backend.link._side.declare_queue(topology.request_queue(backend.model), passive=True)
     return int(queue.declaration_result.message_count or 0)
 
 
