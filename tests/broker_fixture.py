@@ -13,8 +13,10 @@ certificate when one is sent. Only the TLS tests use it, so the session broker s
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,6 +108,20 @@ class Broker:
 
     def stop(self) -> None:
         self._run("stop", 120.0)
+
+    def kill9(self) -> None:
+        """SIGKILL the node's Erlang VM (no clean shutdown, as a crash); `start()` boots it again."""
+        pid = int((self.state_dir / "rabbit.pid").read_text().strip())
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(600):  # bounded: 60 s
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except (FileNotFoundError, ProcessLookupError):
+                return
+            if "\nState:\tZ" in status:  # dead, not yet reaped by whoever adopted it
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"the broker's VM {pid} outlived SIGKILL")
 
     def running(self) -> bool:
         return self._run("status", 60.0).startswith("running")

@@ -13,14 +13,18 @@ request its `n_ctx_seq` cannot hold. A stream then answers one of two scripts:
   sequence (so a stream resumed elsewhere must continue with exactly the next positions), LENGTH
   after max_tokens (a resumed request's sent tokens count). Its "KV cache" is the prompts of its
   last `slots` requests (what a worker advertises for prefix routing).
-Either ends with ABORT at the next step once the request is aborted. With `worker_n_ctx_seq`, it
-accepts what its `n_ctx_seq` holds but a request beyond that smaller limit ends at once with the
+Either ends with ABORT at the next step once the request is aborted (an abort of an earlier run of
+the same id, e.g. a worker's before a broker outage, does not end its resumed run). With `hold_at`,
+a counting stream holds before the token at that position of the sequence until `gate` is set (its
+id in `holding` meanwhile): a test breaks the broker while streams are certainly mid-way.
+With `worker_n_ctx_seq`, it accepts what its `n_ctx_seq` holds but a request beyond that smaller limit ends at once with the
 final event a cluster worker sends when it refuses one (a gateway's race with a smaller worker).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -60,6 +64,28 @@ class FakeStream:
         self._backend = backend
         self._request = request
         self.closed = False
+        self._abort_mark = len(backend.aborted)  # aborts from here on are this run's
+
+    def _aborted(self) -> bool:
+        return self.request_id in self._backend.aborted[self._abort_mark :]
+
+    async def _held(self, position: int) -> bool:
+        """Waits while the backend holds `position`; False once the request is aborted meanwhile."""
+        backend = self._backend
+        if backend.hold_at is None or position < backend.hold_at:
+            return True
+        backend.holding.add(self.request_id)
+        try:
+            for _ in range(12000):  # bounded: 120 s
+                if self._aborted():
+                    return False
+                if backend.gate.is_set():
+                    return True
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(backend.gate.wait(), 0.01)
+            raise AssertionError("a test held the backend for too long")
+        finally:
+            backend.holding.discard(self.request_id)
 
     def _script(self) -> Iterator[tuple[int, str]]:
         if self._backend.reply is not None:
@@ -92,7 +118,7 @@ class FakeStream:
             await backend.pace.wait()
             if backend.step_s:
                 await asyncio.sleep(backend.step_s)
-            if self.request_id in backend.aborted:
+            if self._aborted() or not await self._held(token):
                 self._end()
                 yield TokenEvent(self.request_id, finish_reason=FinishReason.ABORT)
                 return
@@ -137,6 +163,9 @@ class FakeBackend:
         self.worker_n_ctx_seq: int | None = None
         self.closed = False
         self.draft_counts = (0, 0)  # (draft_n, draft_n_accepted) every reply's timings report
+        self.hold_at: int | None = None
+        self.gate = asyncio.Event()
+        self.holding: set[str] = set()
 
     @classmethod
     def counting(cls, slots: int = 2, step_s: float = 0.01, n_ctx_seq: int = 4096) -> FakeBackend:

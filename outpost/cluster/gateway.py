@@ -91,6 +91,7 @@ class GatewayLink:
         }
         self.routers = {m: Router(topology.request_queue(m), prefix_routing) for m in self.models}
         self.embeds = EmbedCalls(PUBLISH_TIMEOUT_S, DEADLINE_GRACE_S)
+        self.outage_bound_s = OUTAGE_BOUND_S  # past this long without the broker, requests end
         self._conn: AbstractConnection | None = None
         self._session: BrokerSession | None = None
         self._run: asyncio.Future[None] | None = None
@@ -402,11 +403,11 @@ class GatewayLink:
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
-            outage = self._session is not None and self._session.down_for() > OUTAGE_BOUND_S
+            outage = self._session is not None and self._session.down_for() > self.outage_bound_s
             for pending in list(self.pending.values()):
                 deadline = pending.request.deadline
                 if outage:
-                    error = f"the message broker has been unreachable for more than {OUTAGE_BOUND_S:g} s"
+                    error = f"the message broker has been unreachable for more than {self.outage_bound_s:g} s"
                     event = TokenEvent(
                         pending.request.request_id, finish_reason=FinishReason.ERROR, error=error
                     )
