@@ -17,8 +17,9 @@ Either ends with ABORT at the next step once the request is aborted (an abort of
 the same id, e.g. a worker's before a broker outage, does not end its resumed run). With `hold_at`,
 a counting stream holds before the token at that position of the sequence until `gate` is set (its
 id in `holding` meanwhile): a test breaks the broker while streams are certainly mid-way.
-With `worker_n_ctx_seq`, it accepts what its `n_ctx_seq` holds but a request beyond that smaller limit ends at once with the
-final event a cluster worker sends when it refuses one (a gateway's race with a smaller worker).
+With `worker_n_ctx_seq`, it accepts what its `n_ctx_seq` holds but a request beyond that smaller
+limit ends at once with the final event a cluster worker sends when it refuses one (a gateway's
+race with a smaller worker).
 """
 
 from __future__ import annotations

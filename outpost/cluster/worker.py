@@ -447,10 +447,9 @@ class Worker:
                 async for batch in batches:
                     if gateway_gone:
                         continue  # aborted: wait for the backend's final event, send nothing
-                    try:
-                        await send(wire.ReplyBatch(rid, attempt, seq, batch))
+                    if await self._send_or_gone(send, wire.ReplyBatch(rid, attempt, seq, batch)):
                         seq += 1
-                    except PublishError:
+                    else:
                         _log.warning("worker %s: gateway of %s is gone; aborting it", self.worker_id, rid)
                         gateway_gone = True
                         if not batch[-1].finished:
@@ -460,6 +459,20 @@ class Worker:
             # Also when cancelled (the connection broke): the slot is freed, the broker redelivers.
             await stream.aclose()
             self._running.pop(rid, None)
+
+    async def _send_or_gone(self, send: SendBatch, batch: wire.ReplyBatch) -> bool:
+        """Send `batch`; False if its gateway is gone. Unroutable soon after this worker's own
+        (re)connect means it may still be declaring its reply queue again: the batch is retried
+        (the backend's next events wait in its stream meanwhile)."""
+        for _ in range(int(GATEWAY_GRACE_S / 0.5) + 2):  # bounded: grace / retry interval
+            try:
+                await send(batch)
+                return True
+            except PublishError:
+                if self._session.since_connected() >= GATEWAY_GRACE_S:
+                    return False
+                await asyncio.sleep(0.5)
+        return False
 
     async def _reply(self, reply_to: str, batch: wire.ReplyBatch) -> None:
         await self._publish_reply(reply_to, wire.encode_batch(batch), batch.request_id)
