@@ -34,7 +34,7 @@ def serve_gateway(
     config: HttpSettings,
     own: GatewaySettings,
     tracing: TracingSettings,
-    url: str,
+    url: str | list[str],
     model_paths: list[str],
 ) -> int:
     """Serve until stopped; returns the process exit code."""
@@ -43,7 +43,11 @@ def serve_gateway(
 
 
 async def _serve(
-    config: HttpSettings, own: GatewaySettings, tracing: TracingSettings, url: str, model_paths: list[str]
+    config: HttpSettings,
+    own: GatewaySettings,
+    tracing: TracingSettings,
+    url: str | list[str],
+    model_paths: list[str],
 ) -> int:
     loop = asyncio.get_running_loop()
     ids = [model_id(p) for p in model_paths]
@@ -64,8 +68,10 @@ async def _serve(
             facts = vocab_model.describe()
             backends[mid] = RemoteBackend(link, mid, vocab_model.codec, facts, config.request_timeout)
         asyncio.run_coroutine_threadsafe(link.start(CONNECT_TIMEOUT_S), loop).result()
-        policy = topology.apply_length_policy(link.url, own.broker_management_url, ids, own.max_queue)
-        asyncio.run_coroutine_threadsafe(policy, loop).result()
+        for url in link.urls:  # any node's management API sets a cluster-wide policy
+            policy = topology.apply_length_policy(url, own.broker_management_url, ids, own.max_queue)
+            if asyncio.run_coroutine_threadsafe(policy, loop).result():
+                break
         return backends
 
     # The request's span is the gateway's; queue wait, prefill and decode come from the worker.
@@ -82,7 +88,7 @@ async def _serve(
         "gateway %s for %s via %s; listening on %s",
         link.gateway_id,
         ", ".join(ids),
-        topology.redact(url),
+        ", ".join(topology.redact(u) for u in link.urls),
         where,
     )
     server = DrainingServer(uv_config, app.state.server, where)

@@ -483,7 +483,7 @@ class Worker:
 
 
 async def serve_worker(
-    url: str,
+    url: str | Sequence[str],
     model: str,
     backend: InferenceBackend,
     worker_id: str | None = None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from outpost.cluster.gateway_main import serve_gateway
-from outpost.commands.broker import connect_url
+from outpost.commands.broker import connect_urls
 from outpost.settings import BrokerSettings, GatewaySettings, HttpSettings, TracingSettings
 from outpost.settings.fields import existing_file
 
@@ -18,4 +18,4 @@ def run_gateway(
     """Serve the API over the broker until stopped; returns the exit code."""
     for path in model_paths:
         existing_file(path)  # a missing file is a usage error, before anything connects
-    return serve_gateway(http, own, tracing, connect_url(broker), model_paths)
+    return serve_gateway(http, own, tracing, connect_urls(broker), model_paths)

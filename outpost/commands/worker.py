@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from outpost.cluster.worker import serve_worker
-from outpost.commands.broker import connect_url
+from outpost.commands.broker import connect_urls
 from outpost.commands.engine import sized, start_engine
 from outpost.local import LocalBackend
 from outpost.settings import BrokerSettings, EngineSettings, TracingSettings, WorkerSettings
@@ -20,7 +20,7 @@ def run_worker(
     tracing: TracingSettings,
 ) -> int:
     """Consume the model's requests from the broker until stopped; returns the exit code."""
-    url = connect_url(broker)
+    url = connect_urls(broker)
     engine, _ = sized(engine, model_path)
     assert isinstance(engine.parallel, int)  # sized
     # The engine's own queue never fills: the consumer holds at most `parallel` requests.

@@ -14,7 +14,8 @@ class BrokerSettings(Block):
     broker: str | None = setting(
         None,
         "--broker",
-        help="RabbitMQ URL without the password, e.g. amqp://outpost@10.0.1.5/ (amqps:// for TLS)",
+        help="RabbitMQ URL without the password, e.g. amqp://outpost@10.0.1.5/ (amqps:// for TLS); "
+        "a RabbitMQ cluster's nodes comma-separated (the first that answers; the next when it is lost)",
     )
     broker_password_file: str | None = setting(
         None,

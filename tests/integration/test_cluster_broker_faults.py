@@ -14,10 +14,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from broker_fixture import Broker
+from broker_fixture import Broker, free_ports
 from fake_backend import FakeBackend
 from test_cluster_broker import cluster, collect, request, tokens, until
 
+from outpost.cluster.gateway import GatewayLink
+from outpost.cluster.remote import RemoteBackend
+from outpost.cluster.worker import Worker
 from outpost.messages import BackendUnavailable, FinishReason, TokenEvent
 
 pytestmark = pytest.mark.cluster
@@ -138,5 +141,29 @@ def test_an_outage_past_the_bound_ends_streams_with_an_error(broker: Broker) -> 
             events = await collect(await backend.submit(request(PROMPT, 6, deadline_s=None)))
             assert_complete(events, 6)
             assert worker.max_held <= 2
+
+    run(main())
+
+
+def test_a_list_of_addresses_fails_over_to_one_that_answers(broker: Broker) -> None:
+    """Gateway and worker given a dead address first (a cluster node that is down) use the next."""
+    engine = FakeBackend.counting(slots=1, step_s=0.001)
+    dead = f"amqp://{broker.user}:{broker.password}@127.0.0.1:{free_ports(1)[0]}/"
+
+    async def main() -> None:
+        link = GatewayLink([dead, broker.url], [model := _model()])
+        await link.start(60)
+        stop = asyncio.Event()
+        worker = Worker([dead, broker.url], model, engine)
+        task = asyncio.ensure_future(worker.run(stop))
+        try:
+            backend = RemoteBackend(link, model, None)  # type: ignore[arg-type]
+            await until(lambda: len(link.live_workers(model)) == 1, "the worker live", 60)
+            assert_complete(await collect(await backend.submit(request(PROMPT, 5, deadline_s=None))), 5)
+            assert link._session is not None and link._session.url == broker.url
+        finally:
+            stop.set()
+            await asyncio.wait({task}, timeout=30)
+            await link.close()
 
     run(main())
