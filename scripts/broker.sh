@@ -6,6 +6,14 @@
 #   scripts/broker.sh url      # amqp://outpost@127.0.0.1:PORT/
 #   scripts/broker.sh stop
 #
+# A three-node cluster on loopback (`start --nodes 3`): nodes rabbit@localhost, rabbit2@localhost
+# and rabbit3@localhost, node k on each port + k - 1 (AMQP, distribution, management, TLS), node 1
+# in the state folder as alone, node k in STATE/nodeK; one Erlang cookie and one `outpost` user.
+# Nodes 2 and 3 join node 1 at their first boot. `start` prints the nodes' URLs comma-separated
+# (what --broker takes); `stop`, `status` and `url` act on every node. Quorum queues are replicated
+# on all three (RabbitMQ's default group size is the cluster's nodes). `start` boots only the nodes
+# that are down, so it also brings back one node that was stopped or killed.
+#
 # TLS (opt-in): with OUTPOST_BROKER_TLS_PORT set, the node also listens for amqps:// there, and
 # `start` prints the amqps:// URL and the CA file clients verify it with. Without certificate
 # paths the script makes a private CA and, signed by it, a server certificate for
@@ -36,6 +44,15 @@
 #                             management API over https with TLS on (default 15671; 0 = off)
 set -euo pipefail
 
+NODES=""
+if [ "${2:-}" = --nodes ]; then
+    NODES=${3:-}
+    case "$NODES" in 1 | 2 | 3 | 4 | 5) ;; *)
+        echo "broker: --nodes takes 1 to 5" >&2
+        exit 2
+        ;;
+    esac
+fi
 STATE=${OUTPOST_BROKER_DIR:-$HOME/.cache/outpost/broker}
 PORT=${OUTPOST_BROKER_PORT:-5672}
 DIST_PORT=${OUTPOST_BROKER_DIST_PORT:-$((PORT + 20000))}
@@ -70,6 +87,27 @@ fi
 
 log() { echo "broker: $*" >&2; }
 
+BASE_PORT=$PORT BASE_DIST_PORT=$DIST_PORT BASE_MGMT_PORT=$MGMT_PORT BASE_TLS_PORT=$TLS_PORT
+BASE_MGMT_TLS_PORT=$MGMT_TLS_PORT
+[ -n "$NODES" ] || NODES=$(cat "$STATE/nodes" 2>/dev/null || echo 1)
+NODE=1 NODE_NAME=rabbit NODE_DIR=$STATE
+
+# select_node K: the ports, name and folder of node K (node 1: exactly the single node's).
+select_node() {
+    local k=$1 off=$(($1 - 1))
+    NODE=$k
+    PORT=$((BASE_PORT + off))
+    DIST_PORT=$((BASE_DIST_PORT + off))
+    [ "$BASE_MGMT_PORT" = 0 ] && MGMT_PORT=0 || MGMT_PORT=$((BASE_MGMT_PORT + off))
+    [ -z "$BASE_TLS_PORT" ] && TLS_PORT="" || TLS_PORT=$((BASE_TLS_PORT + off))
+    [ "$BASE_MGMT_TLS_PORT" = 0 ] && MGMT_TLS_PORT=0 || MGMT_TLS_PORT=$((BASE_MGMT_TLS_PORT + off))
+    if [ "$k" = 1 ]; then
+        NODE_NAME=rabbit NODE_DIR=$STATE
+    else
+        NODE_NAME=rabbit$k NODE_DIR=$STATE/node$k
+    fi
+}
+
 install_if_missing() {
     [ -x "$RMQ_BIN/rabbitmq-server" ] && return 0
     log "rabbitmq-server is not installed; installing Debian's package"
@@ -84,11 +122,11 @@ install_if_missing() {
 }
 
 setup_env() {
-    mkdir -p "$STATE/home" "$STATE/mnesia" "$STATE/log"
+    mkdir -p "$STATE/home" "$NODE_DIR/mnesia" "$NODE_DIR/log"
     chmod 700 "$STATE"
-    # The Erlang cookie lives in $HOME; a private home keeps it out of the user's.
+    # The Erlang cookie lives in $HOME; a private home keeps it out of the user's (one for all nodes).
     export HOME="$STATE/home"
-    export RABBITMQ_NODENAME=rabbit@localhost
+    export RABBITMQ_NODENAME=$NODE_NAME@localhost
     export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
     export RABBITMQ_NODE_PORT=$PORT
     export RABBITMQ_DIST_PORT=$DIST_PORT
@@ -101,14 +139,14 @@ setup_env() {
     # CLI tools take any free port instead of the fixed 35672-35682 range that concurrent
     # brokers would contend for.
     export RABBITMQ_CTL_DIST_PORT_MIN=0 RABBITMQ_CTL_DIST_PORT_MAX=0
-    export RABBITMQ_CONF_ENV_FILE="$STATE/rabbitmq-env.conf"
-    export RABBITMQ_CONFIG_FILE="$STATE/rabbitmq.conf"
-    export RABBITMQ_ADVANCED_CONFIG_FILE="$STATE/advanced.config"
-    export RABBITMQ_ENABLED_PLUGINS_FILE="$STATE/enabled_plugins"
-    export RABBITMQ_MNESIA_BASE="$STATE/mnesia"
-    export RABBITMQ_LOG_BASE="$STATE/log"
-    export RABBITMQ_PID_FILE="$STATE/rabbit.pid"
-    export ERL_CRASH_DUMP="$STATE/log/erl_crash.dump" # not the caller's working directory
+    export RABBITMQ_CONF_ENV_FILE="$NODE_DIR/rabbitmq-env.conf"
+    export RABBITMQ_CONFIG_FILE="$NODE_DIR/rabbitmq.conf"
+    export RABBITMQ_ADVANCED_CONFIG_FILE="$NODE_DIR/advanced.config"
+    export RABBITMQ_ENABLED_PLUGINS_FILE="$NODE_DIR/enabled_plugins"
+    export RABBITMQ_MNESIA_BASE="$NODE_DIR/mnesia"
+    export RABBITMQ_LOG_BASE="$NODE_DIR/log"
+    export RABBITMQ_PID_FILE="$NODE_DIR/rabbit.pid"
+    export ERL_CRASH_DUMP="$NODE_DIR/log/erl_crash.dump" # not the caller's working directory
 }
 
 write_config() {
@@ -222,7 +260,7 @@ ensure_certs() {
 ctl() { "$RMQ_BIN/rabbitmqctl" "$@"; }
 
 running() {
-    epmd -port "$EPMD_PORT" -names 2>/dev/null | grep -q '^name rabbit ' && ctl -q status >/dev/null 2>&1
+    epmd -port "$EPMD_PORT" -names 2>/dev/null | grep -q "^name $NODE_NAME " && ctl -q status >/dev/null 2>&1
 }
 
 ensure_epmd() {
@@ -252,40 +290,86 @@ ensure_user() {
 }
 
 print_url() {
-    echo "amqp://$USER_NAME@127.0.0.1:$PORT/"
+    local k urls=""
+    for k in $(seq 1 "$NODES"); do
+        urls="$urls${urls:+,}amqp://$USER_NAME@127.0.0.1:$((BASE_PORT + k - 1))/"
+    done
+    echo "$urls"
 }
 
 print_tls() {
     [ -n "$TLS_PORT" ] || return 0
-    echo "amqps://$USER_NAME@127.0.0.1:$TLS_PORT/"
+    local k urls=""
+    for k in $(seq 1 "$NODES"); do
+        urls="$urls${urls:+,}amqps://$USER_NAME@127.0.0.1:$((BASE_TLS_PORT + k - 1))/"
+    done
+    echo "$urls"
     echo "CA file: $TLS_CA"
     if [ -z "${OUTPOST_BROKER_TLS_CA:-}" ]; then
         echo "client certificate: $TLS_DIR/client.pem key: $TLS_DIR/client.key"
     fi
 }
 
+# boot_node: start the selected node's VM unless it runs (not waiting for it); 1 if it was started.
+boot_node() {
+    setup_env
+    running && return 1
+    [ -z "$TLS_PORT" ] || ensure_certs
+    write_config
+    ensure_epmd
+    log "starting rabbitmq-server $NODE_NAME@localhost on 127.0.0.1:$PORT (state in $NODE_DIR)"
+    "$RMQ_BIN/rabbitmq-server" -detached >>"$NODE_DIR/log/startup.log" 2>&1
+    return 0
+}
+
+await_node() {
+    setup_env
+    # await_startup fails at once while the node is not yet registered with epmd: poll it.
+    local deadline=$((SECONDS + WAIT))
+    until ctl -q await_startup --timeout 10 >/dev/null 2>&1; do
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            log "the broker did not start within $WAIT s; its logs are in $NODE_DIR/log"
+            tail -n 30 "$NODE_DIR/log/startup.log" "$NODE_DIR"/log/*.log >&2 || true
+            exit 1
+        fi
+        sleep 0.5
+    done
+}
+
+# join_node: the selected node (2..N) joins node 1's cluster, once.
+join_node() {
+    setup_env
+    ctl -q cluster_status --formatter json 2>/dev/null | grep -q '"rabbit@localhost"' && return 0
+    log "$NODE_NAME@localhost joins rabbit@localhost"
+    ctl -q stop_app >/dev/null
+    ctl -q join_cluster rabbit@localhost >/dev/null
+    ctl -q start_app >/dev/null
+}
+
 cmd_start() {
     install_if_missing
+    [ -s "$STATE/nodes" ] && [ "$(cat "$STATE/nodes")" != "$NODES" ] && [ -d "$STATE/mnesia" ] && {
+        log "$STATE holds a $(cat "$STATE/nodes")-node broker: stop it and start it with that --nodes"
+        exit 2
+    }
+    mkdir -p "$STATE"
+    echo "$NODES" >"$STATE/nodes"
+    local booted=0 k
+    # Every VM first, then the waits: a clustered node waits at boot for the peers it knew.
+    for k in $(seq 1 "$NODES"); do
+        select_node "$k"
+        if boot_node; then booted=1; fi
+    done
+    for k in $(seq 1 "$NODES"); do
+        select_node "$k"
+        await_node
+    done
+    for k in $(seq 2 "$NODES"); do
+        select_node "$k"
+        join_node
+    done
+    select_node 1
     setup_env
-    local booted=0
-    if ! running; then
-        booted=1
-        [ -z "$TLS_PORT" ] || ensure_certs
-        write_config
-        ensure_epmd
-        log "starting rabbitmq-server on 127.0.0.1:$PORT (state in $STATE)"
-        "$RMQ_BIN/rabbitmq-server" -detached >>"$STATE/log/startup.log" 2>&1
-        # await_startup fails at once while the node is not yet registered with epmd: poll it.
-        local deadline=$((SECONDS + WAIT))
-        until ctl -q await_startup --timeout 10 >/dev/null 2>&1; do
-            if [ "$SECONDS" -ge "$deadline" ]; then
-                log "the broker did not start within $WAIT s; its logs are in $STATE/log"
-                tail -n 30 "$STATE/log/startup.log" "$STATE"/log/*.log >&2 || true
-                exit 1
-            fi
-            sleep 0.5
-        done
-    fi
     # The config is written at boot only: never print an amqps:// URL the node does not serve.
     if [ -n "$TLS_PORT" ] && ! grep -qx "listeners.ssl.default = 127.0.0.1:$TLS_PORT" "$RABBITMQ_CONFIG_FILE"; then
         log "the running broker has no TLS listener on $TLS_PORT: stop it, then start it with TLS"
@@ -307,10 +391,14 @@ cmd_start() {
 }
 
 cmd_stop() {
-    setup_env
-    if running; then
-        ctl -q stop "$RABBITMQ_PID_FILE" >/dev/null 2>&1 || ctl -q stop >/dev/null 2>&1 || true
-    fi
+    local k
+    for k in $(seq "$NODES" -1 1); do # node 1 last: it is the one the others joined
+        select_node "$k"
+        setup_env
+        if running; then
+            ctl -q stop "$RABBITMQ_PID_FILE" >/dev/null 2>&1 || ctl -q stop >/dev/null 2>&1 || true
+        fi
+    done
     if [ -f "$STATE/epmd.ours" ]; then
         # epmd refuses to die while a node is registered; ours unregisters as its VM exits.
         local tries=0
@@ -330,13 +418,16 @@ cmd_stop() {
 }
 
 cmd_status() {
-    setup_env
-    if running; then
-        echo "running: $(print_url)"
-    else
-        echo "stopped"
-        return 1
-    fi
+    local k
+    for k in $(seq 1 "$NODES"); do
+        select_node "$k"
+        setup_env
+        if ! running; then
+            echo "stopped"
+            return 1
+        fi
+    done
+    echo "running: $(print_url)"
 }
 
 case "${1:-}" in
@@ -345,7 +436,7 @@ stop) cmd_stop ;;
 status) cmd_status ;;
 url) print_url ;;
 *)
-    echo "usage: $0 start|stop|status|url" >&2
+    echo "usage: $0 start|stop|status|url [--nodes N]" >&2
     exit 2
     ;;
 esac

@@ -39,14 +39,40 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def free_port_runs(n: int, run: int) -> list[int]:
+    """`n` free loopback ports, each the first of `run` consecutive free ones (a cluster's nodes)."""
+    for _ in range(100):  # bounded: free ports are plentiful
+        bases = free_ports(n)
+        wanted = {b + i for b in bases for i in range(run)}
+        if len(wanted) == n * run and all(p < 65536 for p in wanted):
+            try:
+                free_ports_exact(sorted(wanted))
+            except OSError:
+                continue
+            return bases
+    raise AssertionError(f"no {n} runs of {run} free ports")
+
+
+def free_ports_exact(ports: list[int]) -> None:
+    socks = [socket.socket() for _ in ports]
+    try:
+        for s, port in zip(socks, ports, strict=True):
+            s.bind(("127.0.0.1", port))
+    finally:
+        for s in socks:
+            s.close()
+
+
 class Broker:
-    """One loopback broker; `url` carries the credentials, `broker_url` does not."""
+    """One loopback broker (or a cluster of `nodes`); `url` carries the credentials, `broker_url`
+    does not (a cluster's: every node's, comma-separated, as `--broker` takes them)."""
 
     user = "outpost"
 
-    def __init__(self, state_dir: Path, management: bool = True, tls: bool = False) -> None:
+    def __init__(self, state_dir: Path, management: bool = True, tls: bool = False, nodes: int = 1) -> None:
         self.state_dir = state_dir
-        self.amqp_port, dist, epmd, mgmt, self.tls_port, mgmt_tls = free_ports(6)
+        self.nodes = nodes
+        self.amqp_port, dist, epmd, mgmt, self.tls_port, mgmt_tls = free_port_runs(6, nodes)
         self.mgmt_port = mgmt if management else 0
         self.env = dict(
             os.environ,
@@ -58,7 +84,8 @@ class Broker:
             OUTPOST_BROKER_WAIT="240",
         )
         self.password_file = state_dir / "password"
-        self.broker_url = f"amqp://{self.user}@127.0.0.1:{self.amqp_port}/"
+        self.ports = [self.amqp_port + k for k in range(nodes)]
+        self.broker_url = ",".join(f"amqp://{self.user}@127.0.0.1:{p}/" for p in self.ports)
         self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}" if management else ""
         self.tls = tls
         if tls:
@@ -82,12 +109,17 @@ class Broker:
         return f"amqp://{self.user}:{self.password}@127.0.0.1:{self.amqp_port}/"
 
     @property
+    def urls(self) -> list[str]:
+        """Each node's URL with the password."""
+        return [f"amqp://{self.user}:{self.password}@127.0.0.1:{p}/" for p in self.ports]
+
+    @property
     def mgmt_auth(self) -> tuple[str, str]:
         return (self.user, self.password)
 
     def _run(self, command: str, timeout: float) -> str:
         done = subprocess.run(
-            [str(SCRIPT), command],
+            [str(SCRIPT), command, *(["--nodes", str(self.nodes)] if self.nodes > 1 else [])],
             env=self.env,
             capture_output=True,
             text=True,
@@ -109,9 +141,10 @@ class Broker:
     def stop(self) -> None:
         self._run("stop", 120.0)
 
-    def kill9(self) -> None:
-        """SIGKILL the node's Erlang VM (no clean shutdown, as a crash); `start()` boots it again."""
-        pid = int((self.state_dir / "rabbit.pid").read_text().strip())
+    def kill9(self, node: int = 1) -> None:
+        """SIGKILL a node's Erlang VM (no clean shutdown, as a crash); `start()` boots it again."""
+        folder = self.state_dir if node == 1 else self.state_dir / f"node{node}"
+        pid = int((folder / "rabbit.pid").read_text().strip())
         os.kill(pid, signal.SIGKILL)
         for _ in range(600):  # bounded: 60 s
             try:

@@ -54,6 +54,7 @@ async def _serve(
     if len(set(ids)) != len(ids):
         raise ValueError(f"two -m models have the same id: {ids}")
     link = GatewayLink(url, ids, prefix_routing=own.prefix_routing == "on")
+    link.outage_bound_s = own.broker_outage
     opened: list[Any] = []
     template = own.template_text()
 

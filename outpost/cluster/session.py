@@ -32,6 +32,11 @@ from aiormq.exceptions import AMQPError
 from outpost.cluster import topology
 
 _log = logging.getLogger("outpost.cluster")
+# aiormq logs every refused connect as an error (once a second through an outage); the session
+# says once per outage and address that the broker is not reachable.
+logging.getLogger("aiormq.connection").addFilter(
+    lambda record: not record.getMessage().startswith("error when creating transport")
+)
 
 AMQP_HEARTBEAT_S = 2  # AMQP heartbeat: a cut link is noticed within (2 + 1) x 3 + 1 = 10 s (see above)
 RECONNECT_MAX_S = 1.0

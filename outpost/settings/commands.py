@@ -88,6 +88,14 @@ class GatewaySettings(Block):
         "(on, default), or every request to the shared queue (off)",
         choices=("on", "off"),
     )
+    broker_outage: float = setting(
+        30.0,
+        "--broker-outage",
+        help="seconds without the broker that requests in flight ride out (they resume once it is "
+        "back); past this each ends with an error (default 30)",
+        parse=float,
+        gt=0,
+    )
 
     def template_text(self) -> str | None:
         """--chat-template's (name, text or file) or --chat-template-file's text (None: each model's own)."""

@@ -51,12 +51,16 @@ def test_compose_file_as_podman_compose_reads_it(tmp_path: Path) -> None:
     assert "healthcheck" in services["gateway"] and "healthcheck" in services["rabbitmq"]
 
 
+# Objects of operators' CRDs, validated against the schemas in tests/deploy/schemas instead.
+CUSTOM = ("keda.yaml", "rabbitmq.yaml")
+
+
 def _k8s_files() -> list[str]:
     return sorted(p.name for p in (DEPLOY / "k8s").glob("*.yaml") if p.name != "kustomization.yaml")
 
 
 def test_kubernetes_manifests_against_the_api_schemas() -> None:
-    core = [f for f in _k8s_files() if f != "keda.yaml"]
+    core = [f for f in _k8s_files() if f not in CUSTOM]
     out = _tool("kubernetes-validate", "--strict", *core, cwd=DEPLOY / "k8s")
     assert out.returncode == 0 and "Couldn't find schema" not in out.stdout + out.stderr, out.stdout
 
@@ -70,6 +74,22 @@ def test_keda_objects_against_their_schema(tmp_path: Path) -> None:
         one.write_text(yaml.safe_dump(doc))
         out = _tool("check-jsonschema", "--schemafile", str(schema), str(one))
         assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_rabbitmq_cluster_against_the_operators_schema(tmp_path: Path) -> None:
+    """Three nodes, validated against the cluster operator's RabbitmqCluster CRD (v1beta1)."""
+    docs = list(yaml.safe_load_all((DEPLOY / "k8s" / "rabbitmq.yaml").read_text()))
+    assert [d["kind"] for d in docs] == ["RabbitmqCluster"]
+    assert docs[0]["spec"]["replicas"] == 3
+    schema = Path(__file__).parent / "schemas" / "rabbitmqcluster-v1beta1.json"
+    one = tmp_path / "rabbitmq.yaml"
+    one.write_text(yaml.safe_dump(docs[0]))
+    out = _tool("check-jsonschema", "--schemafile", str(schema), str(one))
+    assert out.returncode == 0, out.stdout + out.stderr
+    bad = dict(docs[0], spec={**docs[0]["spec"], "replicas": -1, "service": {"type": "Ingress"}})
+    one.write_text(yaml.safe_dump(bad))
+    out = _tool("check-jsonschema", "--schemafile", str(schema), str(one))
+    assert out.returncode != 0  # the schema does check what it says
 
 
 def test_kustomization_ties_the_pieces_together() -> None:

@@ -1,7 +1,7 @@
 """`outpost gateway` + `outpost worker -np 4` processes across their broker's restart and kill -9.
 
 A broker of this module's own (the session's stays up for the other tests). The worker paces its
-steps (OUTPOST_DEBUG_STEP_DELAY_MS), so a 200-token stream lasts >= 20 s whatever the machine's
+steps (OUTPOST_DEBUG_STEP_DELAY_MS), so a 200-token stream lasts >= 40 s whatever the machine's
 speed and is certainly in flight when the broker goes; /health is polled throughout for the
 worker's busy slots. Every wait is bounded.
 """
@@ -21,7 +21,7 @@ from broker_fixture import Broker
 from cluster_harness import Gateway, Proc, live, worker
 
 pytestmark = pytest.mark.cluster
-STEP_MS = 100
+STEP_MS = 200
 SLOTS = 4
 N_TOKENS = 200
 
@@ -40,7 +40,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 def fleet(broker: Broker, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     model = tmp_path_factory.mktemp("faults") / "cluster-faults.gguf"
     shutil.copyfile(tiny_model, model)
-    gateway = Gateway(broker, [model])
+    # A restart here (two CLI runs and a boot on a loaded machine) may outlast the default 30 s.
+    gateway = Gateway(broker, [model], "--broker-outage", "600")
     workers: list[Proc] = [worker(broker, model, "-np", str(SLOTS), step_delay_ms=STEP_MS)]
     try:
         gateway.wait_until(lambda h: h.get("status") == "ok" and len(live(h)) == 1, "a live worker")
