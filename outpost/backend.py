@@ -24,6 +24,8 @@ from outpost.messages import (
     EmbedInput,
     FimTokens,
     GenerateRequest,
+    SlotAction,
+    SlotResult,
     TokenEvent,
 )
 
@@ -128,6 +130,11 @@ class InferenceBackend(Protocol):
     def cached_sequences(self) -> list[tuple[int, ...]]:
         """The token sequences its KV cache holds now (what a cluster worker advertises for
         prefix routing); empty where it holds none of its own (a gateway's)."""
+        ...
+
+    async def slot_action(self, action: SlotAction) -> SlotResult:
+        """llama-server's slot save / restore / erase; SlotActionError when it cannot be done
+        (slot files not enabled, not supported here, unknown or busy slot, a bad file)."""
         ...
 
     def describe(self) -> dict[str, Any]:

@@ -133,6 +133,11 @@ class EngineCore:
         with self._lock:
             return self.scheduler.cached_sequences()
 
+    def with_scheduler(self, fn: Callable[[Scheduler], T]) -> T:
+        """`fn(scheduler)` under the lock that guards it (slot actions read and change slots)."""
+        with self._lock:
+            return fn(self.scheduler)
+
     def run_on_engine_thread(self, job: Callable[[], T]) -> Future[T]:
         """Run `job` on the engine thread between two steps (e.g. an embedding batch).
 

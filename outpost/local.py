@@ -17,7 +17,8 @@ from typing import Any, Protocol
 from outpost.backend import BackendStats, BackendUnavailable, EventStream
 from outpost.engine.codec import LlamaCodec
 from outpost.engine.config import EngineConfig
-from outpost.messages import EmbedInput, GenerateRequest, context_exceeded
+from outpost.local_slots import SlotFiles
+from outpost.messages import EmbedInput, GenerateRequest, SlotAction, SlotResult, context_exceeded
 from outpost.runtime import Engine
 
 
@@ -38,8 +39,16 @@ class Embedder(Protocol):
 class LocalBackend:
     """One loaded model on its engine thread; satisfies `InferenceBackend`."""
 
-    def __init__(self, engine: Engine, embedding_model: str | None = None, threads: int = 0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        embedding_model: str | None = None,
+        threads: int = 0,
+        slot_save_path: str | None = None,
+    ) -> None:
+        """slot_save_path: the folder of llama-server's slot files (None: slot actions are off)."""
         self.engine = engine
+        self._slots = SlotFiles(engine, slot_save_path)
         self._embedding_model = embedding_model or engine.model.config.model_path
         self._threads = threads or engine.model.config.n_threads
         self._embedder: Embedder | None = None
@@ -84,6 +93,9 @@ class LocalBackend:
 
     def cached_sequences(self) -> list[tuple[int, ...]]:
         return self.engine.core.cached_sequences()
+
+    async def slot_action(self, action: SlotAction) -> SlotResult:
+        return await self._slots.run(action)
 
     def describe(self) -> dict[str, Any]:
         model = self.engine.model

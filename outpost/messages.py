@@ -11,6 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal
 
 
 class FinishReason(StrEnum):
@@ -268,3 +269,33 @@ class BackendUnavailable(RuntimeError):
 
 class ChatTemplateError(ValueError):
     """The model has no usable chat template, or it failed on these messages (a 400)."""
+
+
+@dataclass(frozen=True)
+class SlotAction:
+    """llama-server's `POST /slots/{id}?action=`: save a slot's KV (and its tokens) to `filename` in
+    the server's slot folder, restore it from there, or erase it."""
+
+    action: Literal["save", "restore", "erase"]
+    id_slot: int
+    filename: str = ""
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    """What a slot action did: tokens saved / restored / erased, file bytes, milliseconds."""
+
+    n_tokens: int
+    n_bytes: int = 0
+    ms: float = 0.0
+
+
+SlotRefusal = Literal["disabled", "unsupported", "unknown_slot", "busy", "file"]
+
+
+class SlotActionError(Exception):
+    """A slot action that cannot be done; `reason` says why (the API picks the status from it)."""
+
+    def __init__(self, message: str, reason: SlotRefusal) -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -30,7 +30,17 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from outpost.backend import BackendStats, EventStream
-from outpost.messages import FimTokens, FinishReason, GenerateRequest, Timings, TokenEvent, context_exceeded
+from outpost.messages import (
+    FimTokens,
+    FinishReason,
+    GenerateRequest,
+    SlotAction,
+    SlotActionError,
+    SlotResult,
+    Timings,
+    TokenEvent,
+    context_exceeded,
+)
 
 MAX_EMBED_CHARS = 50  # a longer text is "longer than the embedding context"
 
@@ -229,6 +239,11 @@ class FakeBackend:
 
     def cached_sequences(self) -> list[tuple[int, ...]]:
         return [tuple(r.prompt_tokens) for r in self.submitted[-self.slots :]]
+
+    async def slot_action(self, action: SlotAction) -> SlotResult:
+        raise SlotActionError(
+            "This server does not support slots action. Start it with `--slot-save-path`", "disabled"
+        )
 
     def describe(self) -> dict[str, Any]:
         return {"architecture": "fake"}

@@ -33,6 +33,7 @@ from outpost.api import (
     sagemaker,
     webui,
 )
+from outpost.api import slots as slot_routes
 from outpost.api.auth import ApiKeyMiddleware
 from outpost.api.errors import install_error_handlers
 from outpost.api.limits import BodyLimitMiddleware
@@ -106,6 +107,7 @@ def create_app(
         native,
         infill,
         props,
+        slot_routes,
         embeddings,
         llama_routes,
         sagemaker,

@@ -16,7 +16,7 @@ from outpost.backend import BackendStats, PromptCodec
 from outpost.cluster import wire
 from outpost.cluster.embed import vectors_of
 from outpost.cluster.gateway import GatewayLink, Pending
-from outpost.messages import EmbedInput, GenerateRequest, TokenEvent
+from outpost.messages import EmbedInput, GenerateRequest, SlotAction, SlotActionError, SlotResult, TokenEvent
 
 UNKNOWN_POSITIONS = 1 << 20  # a model file that does not say its trained context: the workers decide
 
@@ -112,6 +112,10 @@ class RemoteBackend:
 
     def cached_sequences(self) -> list[tuple[int, ...]]:
         return []  # the workers' caches are theirs: the link routes by their heartbeats' hashes
+
+    async def slot_action(self, action: SlotAction) -> SlotResult:
+        # A slot lives in one worker's context; the gateway cannot name it.
+        raise SlotActionError("slot actions are not supported through the gateway", "unsupported")
 
     def describe(self) -> dict[str, Any]:
         return dict(self._facts)

@@ -21,7 +21,11 @@ def build_local_backends(engine: EngineSettings, model_path: str, max_queue: int
     """Load the model and start its engine thread (runs in a worker thread at startup)."""
     threads = engine.threads if isinstance(engine.threads, int) else 0
     running = start_engine(engine, model_path, max_queue)
-    return {engine.served_model_id(model_path): LocalBackend(running, engine.embedding_model, threads)}
+    return {
+        engine.served_model_id(model_path): LocalBackend(
+            running, engine.embedding_model, threads, engine.slot_save_path
+        )
+    }
 
 
 def serve(

@@ -6,6 +6,8 @@ decides, the runner only translates into llama.cpp calls. It runs on the engine 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from outpost.engine.batch import TokenBatch
@@ -19,6 +21,7 @@ from outpost.messages import TokenLogprob
 from outpost.scheduler.budget import StepTimes
 from outpost.scheduler.output import (
     BatchChunk,
+    MemoryOp,
     RunnerOutput,
     SampledToken,
     SamplerSetup,
@@ -63,7 +66,7 @@ class ModelRunner:
         return measure_step_times(self.model, self.batch)
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
-        self._apply_memory_ops(out)
+        self.apply_memory_ops(out.memory_ops)
         for request_id in out.sampler_drops:
             self._drop_chain(request_id)
         for setup in out.sampler_setups:
@@ -97,9 +100,10 @@ class ModelRunner:
             result.drafts = self.draft_model.draft(out.draft_asks, done)
         return result
 
-    def _apply_memory_ops(self, out: SchedulerOutput) -> None:
+    def apply_memory_ops(self, ops: Sequence[MemoryOp]) -> None:
+        """In order: a step's ops, or (a slot action between steps) those decided since the last."""
         mem = self.model.memory
-        for op in out.memory_ops:
+        for op in ops:
             if isinstance(op, SeqRemove):
                 llama.llama_memory_seq_rm(mem, op.seq_id, op.p0, op.p1)
             elif isinstance(op, SeqCopy):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from outpost.messages import FinishReason, RequestRejected, TokenEvent
+from outpost.messages import FinishReason, RequestRejected, SlotActionError, TokenEvent
 from outpost.scheduler.config import SchedulerConfig
 from outpost.scheduler.drafters import Drafter, make_drafter
 from outpost.scheduler.output import MemoryOp, SamplerSetup, SchedulerOutput, SeqRemove
@@ -166,6 +166,52 @@ class Residency:
         error = f"no KV cells for this request even alone: is n_ctx={self.config.n_ctx} right?"
         state = self._running[0]
         events.append(self._finish(state, FinishReason.ERROR, now, error=error, flush=True, clear_kv=True))
+
+    # ---- llama-server's slot actions (/slots/{id}?action=save|restore|erase) -------------------
+    # The engine thread calls these between steps, under the core's lock; it applies
+    # `take_memory_ops()` before touching a sequence itself, so llama.cpp's KV matches `cached`.
+
+    def idle_slot(self, seq_id: int) -> Slot:
+        """The slot a slot action names, if it exists and no request holds it."""
+        if not 0 <= seq_id < len(self._pool.slots):
+            raise SlotActionError(
+                f"Invalid slot ID {seq_id}: this server has slots 0..{len(self._pool.slots) - 1}",
+                "unknown_slot",
+            )
+        slot = self._pool.slots[seq_id]
+        if slot.busy:
+            raise SlotActionError(f"slot {seq_id} is processing a request: retry when it is idle", "busy")
+        return slot
+
+    def take_memory_ops(self) -> list[MemoryOp]:
+        """The memory ops decided since the last step, for the caller to apply now."""
+        ops, self._ops = self._ops, []
+        return ops
+
+    def erase_slot(self, seq_id: int) -> int:
+        """Drops an idle slot's KV; returns the tokens it held."""
+        slot = self.idle_slot(seq_id)
+        n = len(slot.cached)
+        self._ops += self._pool.clear(slot)
+        return n
+
+    def clear_for_restore(self, seq_id: int, n_tokens: int) -> None:
+        """Empties an idle slot and evicts other idle caches (LRU) until `n_tokens` cells are free."""
+        slot = self.idle_slot(seq_id)
+        self._ops += self._pool.clear(slot)
+        while self._free_cells() < n_tokens:
+            ops = self._pool.evict_lru((slot,))
+            if ops is None:
+                break
+            self._ops += ops
+
+    def restored(self, seq_id: int, tokens: list[int]) -> None:
+        """The slot's sequence now holds `tokens` at positions 0.. (read back from a file)."""
+        slot = self._pool.slots[seq_id]
+        slot.clear()
+        if tokens:
+            slot.append(list(tokens), self._pool.new_origin())
+        self._pool.touch(slot)
 
     # ---- speculative decoding ------------------------------------------------------------------
 

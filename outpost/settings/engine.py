@@ -211,7 +211,9 @@ class EngineSettings(Block):
         action="switch",
     )
     slot_save_path: str | None = setting(
-        None, "--slot-save-path", help="folder for /slots save and restore (llama-server's)"
+        None,
+        "--slot-save-path",
+        help="folder for POST /slots/{id}?action=save|restore files (llama-server's; without it: 501)",
     )
     offline: bool = setting(
         False,
@@ -224,6 +226,13 @@ class EngineSettings(Block):
     @classmethod
     def _file_exists(cls, path: str | None) -> str | None:
         return existing_file(path)
+
+    @field_validator("slot_save_path")
+    @classmethod
+    def _is_folder(cls, path: str | None) -> str | None:
+        if path is not None and not Path(path).is_dir():
+            raise ValueError(f"--slot-save-path must be an existing folder: {path}")
+        return path
 
     @model_validator(mode="after")
     def _speculation_fits(self) -> Self:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import openai
@@ -115,3 +116,62 @@ def test_metrics_carry_llama_servers_series(server: Server, client: openai.OpenA
     assert server.metric("llamacpp:prompt_seconds_total") > 0
     assert server.metric("llamacpp:n_busy_slots_per_decode") >= 1
     assert server.metric("outpost_generation_tokens_total") >= 4
+
+
+PROMPT = "The slot keeps this long shared prefix of a prompt in its KV cache between two requests"
+
+
+def _complete(http: httpx.Client) -> dict[str, Any]:
+    r = http.post(
+        "/completion", json={"prompt": PROMPT, "n_predict": 4, "temperature": 0, "ignore_eos": True}
+    )
+    assert r.status_code == 200, r.text
+    return cast(dict[str, Any], r.json())
+
+
+def _slot(http: httpx.Client, id_slot: int, action: str, filename: str | None = None) -> httpx.Response:
+    body = {"filename": filename} if filename is not None else None
+    return http.post(f"/slots/{id_slot}", params={"action": action}, json=body)
+
+
+def test_a_saved_slot_restored_is_a_prefix_cache_the_next_request_reuses(server: Server) -> None:
+    with server.client() as http:
+        server.wait_idle(60)
+        for i in (0, 1):
+            assert _slot(http, i, "erase").json()["id_slot"] == i
+        first = _complete(http)
+        n_prompt = first["tokens_evaluated"]
+        assert first["timings"]["cache_n"] == 0 and first["timings"]["prompt_n"] == n_prompt
+        saves = [_slot(http, i, "save", f"s{i}.bin") for i in (0, 1)]
+        assert all(s.status_code == 200 for s in saves), [s.text for s in saves]
+        held = [s.json() for s in saves if s.json()["n_saved"] > 0]
+        assert len(held) == 1  # the one slot the request took: its prompt and the tokens decoded after
+        saved = held[0]
+        assert saved["n_saved"] >= n_prompt and saved["n_written"] > 0 and saved["timings"]["save_ms"] >= 0
+        erased = _slot(http, saved["id_slot"], "erase").json()
+        assert erased == {"id_slot": saved["id_slot"], "n_erased": saved["n_saved"]}
+        assert _complete(http)["timings"]["cache_n"] == 0  # nothing cached any more
+        for i in (0, 1):
+            _slot(http, i, "erase")
+        restored = _slot(http, 1, "restore", saved["filename"]).json()  # into slot 1, whichever saved
+        assert restored["n_restored"] == saved["n_saved"] and restored["n_read"] == saved["n_written"]
+        again = _complete(http)
+    # Every prompt token but the last (whose logits are needed) came from the restored KV.
+    assert again["timings"]["cache_n"] == n_prompt - 1 and again["timings"]["prompt_n"] == 1
+    assert again["content"] == first["content"]  # the restored cells are the ones computed before
+
+
+def test_slot_actions_refuse_bad_input_with_a_4xx(server: Server) -> None:
+    with server.client() as http:
+        cases = [
+            (_slot(http, 0, "save", "../escape.bin"), 400, "filename"),
+            (_slot(http, 0, "save", "sub/dir.bin"), 400, "filename"),
+            (_slot(http, 0, "save"), 400, "filename"),
+            (_slot(http, 99, "erase"), 400, "id_slot"),
+            (_slot(http, 0, "restore", "missing.bin"), 400, "filename"),
+            (_slot(http, 0, "launch"), 400, "action"),
+            (http.post("/slots/zero", params={"action": "erase"}), 400, "id_slot"),
+        ]
+    for response, status, param in cases:
+        assert response.status_code == status, response.text
+        assert response.json()["error"]["param"] == param

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from fake_backend import FakeBackend, FakeCodec
 
-from outpost.api import native_render
+from outpost.api import native_render, slots
 from outpost.api.app import create_app
 from outpost.api.generation import Outcome
 from outpost.api.native_render import NativeSpec
@@ -267,3 +267,18 @@ def test_rerank_is_llama_servers_501() -> None:
     for path in ("/rerank", "/v1/rerank"):
         r = call(FakeBackend(), "POST", path, {"query": "q", "documents": ["a"]})
         assert r.status_code == 501 and "does not support reranking" in r.json()["error"]["message"]
+
+
+def test_slot_actions_without_a_slot_folder_are_llama_servers_501() -> None:
+    r = call(FakeBackend(), "POST", "/slots/0?action=save", {"filename": "x.bin"})
+    assert r.status_code == 501 and "--slot-save-path" in r.json()["error"]["message"]
+    assert call(FakeBackend(), "POST", "/slots/0?action=erase", {}).status_code == 501
+
+
+def test_slot_file_names_are_checked_as_llama_cpp_checks_them() -> None:
+    good = ("x.bin", "slot 1.bin", "état.bin", ".hidden")
+    bad = ("", ".", "..", "../x", "a/b", "a\\b", "x.bin.", " x", "x ", "a:b", "a*b", "a\x00b", "x" * 256)
+    assert all(slots.valid_filename(name) for name in good)
+    assert not any(slots.valid_filename(name) for name in bad)
+    r = call(FakeBackend(), "POST", "/slots/0?action=restore", {"filename": "../../etc/passwd"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "filename"

@@ -138,9 +138,9 @@ def test_switches_and_llama_server_flags_parse_from_flags_and_variables() -> Non
     assert http.hosts == ("127.0.0.1", "::1")
     assert any("--no-jinja" in n for n in engine.notices())
     from_env = EngineSettings.from_args(
-        _parse(["serve"], {"OUTPOST_JINJA": "0", "OUTPOST_SLOT_SAVE_PATH": "/s"})
+        _parse(["serve"], {"OUTPOST_JINJA": "0", "OUTPOST_SLOT_SAVE_PATH": "/tmp"})
     )
-    assert from_env.jinja is False and from_env.slot_save_path == "/s"
+    assert from_env.jinja is False and from_env.slot_save_path == "/tmp"
     http = HttpSettings.from_args(
         _parse(["gateway", "--temp", "0.2", "-s", "3", "--no-slots", "--reasoning", "off"], {})
     )
