@@ -125,6 +125,11 @@ class InferenceBackend(Protocol):
         the tokens read; ValueError for an input it cannot take (too long, ids out of range)."""
         ...
 
+    async def rerank(self, query: str, documents: Sequence[str]) -> tuple[list[float], int]:
+        """One relevance score per document, in order (the server's reranking model), and the
+        tokens read; NotSupported without a reranker, ValueError for a pair too long."""
+        ...
+
     def stats(self) -> BackendStats: ...
 
     def cached_sequences(self) -> list[tuple[int, ...]]:

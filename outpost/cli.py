@@ -81,7 +81,10 @@ def _add_models_parser(sub: Any) -> None:
     msub = p.add_subparsers(dest="models_cmd", required=True, parser_class=OneLineParser)
     s = msub.add_parser("synth", help="write a random-weight GGUF in a real architecture's shape")
     s.add_argument(
-        "--shape", required=True, help="tiny, smollm2-135m, smollm2-360m, smollm2-1.7b, qwen2.5-0.5b"
+        "--shape",
+        required=True,
+        help="tiny, smollm2-135m, smollm2-360m, smollm2-1.7b, qwen2.5-0.5b, or reranker-tiny (a "
+        "rank-pooling BERT reranker for /rerank)",
     )
     s.add_argument("--quant", default="f16", help="f16 (default), q8_0, q4_0 or q4_K_M")
     s.add_argument("-o", "--output", required=True, help="output .gguf path")
@@ -119,10 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_models_synth(args: argparse.Namespace) -> int:
-    from outpost.models import SHAPES, write_synthetic_model
+    from outpost.models import SHAPES, synth_rerank, write_synthetic_model
 
+    if args.shape == synth_rerank.SHAPE:
+        if args.quant.lower() != "f16":
+            raise UsageError(f"--shape {synth_rerank.SHAPE} is written in f16 only")
+        print(synth_rerank.write_reranker_gguf(Path(args.output), seed=args.seed))
+        return 0
     if args.shape not in SHAPES:
-        raise UsageError(f"unknown shape {args.shape!r}; choose one of: {', '.join(SHAPES)}")
+        shapes = ", ".join([*SHAPES, synth_rerank.SHAPE])
+        raise UsageError(f"unknown shape {args.shape!r}; choose one of: {shapes}")
     path = write_synthetic_model(
         args.shape, Path(args.output), quant=args.quant, seed=args.seed, progress=progress_bar(args.shape)
     )

@@ -18,7 +18,14 @@ from outpost.backend import BackendStats, BackendUnavailable, EventStream
 from outpost.engine.codec import LlamaCodec
 from outpost.engine.config import EngineConfig
 from outpost.local_slots import SlotFiles
-from outpost.messages import EmbedInput, GenerateRequest, SlotAction, SlotResult, context_exceeded
+from outpost.messages import (
+    EmbedInput,
+    GenerateRequest,
+    NotSupported,
+    SlotAction,
+    SlotResult,
+    context_exceeded,
+)
 from outpost.runtime import Engine
 
 
@@ -36,6 +43,12 @@ class Embedder(Protocol):
     def close(self) -> None: ...
 
 
+class Reranker(Protocol):
+    def score(self, query: str, documents: Sequence[str]) -> tuple[list[float], int]: ...
+
+    def close(self) -> None: ...
+
+
 class LocalBackend:
     """One loaded model on its engine thread; satisfies `InferenceBackend`."""
 
@@ -45,9 +58,13 @@ class LocalBackend:
         embedding_model: str | None = None,
         threads: int = 0,
         slot_save_path: str | None = None,
+        rerank_model: str | None = None,
     ) -> None:
-        """slot_save_path: the folder of llama-server's slot files (None: slot actions are off)."""
+        """slot_save_path: the folder of llama-server's slot files (None: slot actions are off);
+        rerank_model: the rank-pooling GGUF /rerank scores with (None: reranking is off)."""
         self.engine = engine
+        self._rerank_model = rerank_model
+        self._reranker: Reranker | None = None
         self._slots = SlotFiles(engine, slot_save_path)
         self._embedding_model = embedding_model or engine.model.config.model_path
         self._threads = threads or engine.model.config.n_threads
@@ -120,6 +137,26 @@ class LocalBackend:
             raise BackendUnavailable("the engine has stopped")
         return await asyncio.wrap_future(self.engine.core.run_on_engine_thread(run))
 
+    async def rerank(self, query: str, documents: Sequence[str]) -> tuple[list[float], int]:
+        reranker = await self._load_reranker()
+        if not self.engine.core.alive:
+            raise BackendUnavailable("the engine has stopped")
+        job = self.engine.core.run_on_engine_thread(lambda: reranker.score(query, documents))
+        return await asyncio.wrap_future(job)
+
+    async def _load_reranker(self) -> Reranker:
+        path, threads = self._rerank_model, self._threads
+        if path is None:
+            raise NotSupported("This server does not support reranking. Start it with `--reranking`")
+        async with self._embedder_lock:
+            if self._reranker is None:
+                from outpost.engine.rerank import Reranker as LlamaReranker
+
+                # Loaded and run on the engine thread, as the embedder (OpenMP: one driving thread).
+                job = self.engine.core.run_on_engine_thread(lambda: LlamaReranker(path, threads))
+                self._reranker = await asyncio.wrap_future(job)
+            return self._reranker
+
     async def _load_embedder(self) -> Embedder:
         async with self._embedder_lock:
             if self._embedder is None:
@@ -139,4 +176,7 @@ class LocalBackend:
         if self._embedder is not None:
             self._embedder.close()
             self._embedder = None
+        if self._reranker is not None:
+            self._reranker.close()
+            self._reranker = None
         self.engine.close()

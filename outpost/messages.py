@@ -299,3 +299,8 @@ class SlotActionError(Exception):
     def __init__(self, message: str, reason: SlotRefusal) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class NotSupported(Exception):
+    """Something this server does not offer as started (reranking without a reranker, a route a
+    gateway cannot serve): llama-server's `not_supported_error`, a 501."""

@@ -32,3 +32,11 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     path = tmp_path_factory.mktemp("models") / "tiny-f16.gguf"
     return write_synthetic_model("tiny", path, quant="f16", seed=0)
+
+
+@pytest.fixture(scope="session")
+def reranker_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`outpost models synth --shape reranker-tiny`: a rank-pooling BERT reranker, ~3 MB."""
+    from outpost.models.synth_rerank import write_reranker_gguf
+
+    return write_reranker_gguf(tmp_path_factory.mktemp("models") / "reranker-tiny.gguf")

@@ -34,6 +34,7 @@ from outpost.messages import (
     FimTokens,
     FinishReason,
     GenerateRequest,
+    NotSupported,
     SlotAction,
     SlotActionError,
     SlotResult,
@@ -239,6 +240,9 @@ class FakeBackend:
 
     def cached_sequences(self) -> list[tuple[int, ...]]:
         return [tuple(r.prompt_tokens) for r in self.submitted[-self.slots :]]
+
+    async def rerank(self, query: str, documents: Sequence[str]) -> tuple[list[float], int]:
+        raise NotSupported("This server does not support reranking. Start it with `--reranking`")
 
     async def slot_action(self, action: SlotAction) -> SlotResult:
         raise SlotActionError(

@@ -1,12 +1,11 @@
-"""llama-server's server-state routes: `GET /props`, `POST /props`, `GET /slots`, and `/rerank`'s refusal.
+"""llama-server's server-state routes: `GET /props`, `POST /props`, `GET /slots`.
 
 `/props` carries what llama-server's web UI and scripts read: `default_generation_settings`
 (`n_ctx` and the sampling defaults as `params`), `total_slots`, `model_path`, `chat_template`,
 `modalities`, `build_info`, `bos_token`/`eos_token`. Changing global properties (`POST /props`)
 needs llama-server's `--props`; Outpost has none, so it answers llama-server's 501 without it.
 `/slots` lists the slots with whether each is busy: Outpost's scheduler places requests per step,
-so a slot's figures are the pool's (no per-slot prompt or task id). Reranking needs a reranker
-model, which Outpost cannot serve yet: `/rerank` answers llama-server's 501 without `--reranking`.
+so a slot's figures are the pool's (no per-slot prompt or task id).
 """
 
 from __future__ import annotations
@@ -99,14 +98,3 @@ async def slots(request: Request) -> list[dict[str, Any]]:
         }
         for i in range(stats.slots_total)
     ]
-
-
-@router.post("/rerank", include_in_schema=False)  # always 501 until rerankers are served
-@router.post("/reranking", include_in_schema=False)
-@router.post("/v1/rerank", include_in_schema=False)
-@router.post("/v1/reranking", include_in_schema=False)
-async def rerank(request: Request) -> dict[str, Any]:
-    raise not_supported(
-        "This server does not support reranking: Outpost cannot serve a reranker model yet "
-        "(llama-server's --reranking with a pooling-rank GGUF)"
-    )

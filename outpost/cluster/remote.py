@@ -16,7 +16,15 @@ from outpost.backend import BackendStats, PromptCodec
 from outpost.cluster import wire
 from outpost.cluster.embed import vectors_of
 from outpost.cluster.gateway import GatewayLink, Pending
-from outpost.messages import EmbedInput, GenerateRequest, SlotAction, SlotActionError, SlotResult, TokenEvent
+from outpost.messages import (
+    EmbedInput,
+    GenerateRequest,
+    NotSupported,
+    SlotAction,
+    SlotActionError,
+    SlotResult,
+    TokenEvent,
+)
 
 UNKNOWN_POSITIONS = 1 << 20  # a model file that does not say its trained context: the workers decide
 
@@ -112,6 +120,9 @@ class RemoteBackend:
 
     def cached_sequences(self) -> list[tuple[int, ...]]:
         return []  # the workers' caches are theirs: the link routes by their heartbeats' hashes
+
+    async def rerank(self, query: str, documents: Sequence[str]) -> tuple[list[float], int]:
+        raise NotSupported("reranking is not supported through the gateway: call a worker's serve")
 
     async def slot_action(self, action: SlotAction) -> SlotResult:
         # A slot lives in one worker's context; the gateway cannot name it.

@@ -23,7 +23,11 @@ def build_local_backends(engine: EngineSettings, model_path: str, max_queue: int
     running = start_engine(engine, model_path, max_queue)
     return {
         engine.served_model_id(model_path): LocalBackend(
-            running, engine.embedding_model, threads, engine.slot_save_path
+            running,
+            engine.embedding_model,
+            threads,
+            engine.slot_save_path,
+            engine.reranker_path(model_path),
         )
     }
 

@@ -72,7 +72,7 @@ class Embedder:
                 )
         vectors: list[list[float]] = []
         with self._lock:
-            for group in _groups(tokenized, self.n_seq, self.n_ctx):
+            for group in batch_groups(tokenized, self.n_seq, self.n_ctx):
                 vectors.extend(self._embed_group(group))
         return vectors, sum(len(t) for t in tokenized)
 
@@ -109,7 +109,7 @@ class Embedder:
             self._model = None
 
 
-def _groups(tokenized: list[list[int]], n_seq: int, n_ctx: int) -> list[list[list[int]]]:
+def batch_groups(tokenized: list[list[int]], n_seq: int, n_ctx: int) -> list[list[list[int]]]:
     """Split inputs into decode groups of at most n_seq sequences and n_ctx tokens."""
     groups: list[list[list[int]]] = [[]]
     used = 0

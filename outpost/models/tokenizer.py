@@ -190,8 +190,9 @@ def build_vocab(vocab_size: int) -> Vocab:
     return Vocab(tuple(tokens), tuple(int(t) for t in types), tuple(merges), n_learned)
 
 
-def add_tokenizer_metadata(writer: GGUFWriter, vocab: Vocab) -> None:
-    """Write the tokenizer.ggml.* keys and the chat template."""
+def add_tokenizer_metadata(writer: GGUFWriter, vocab: Vocab, rerank: bool = False) -> None:
+    """Write the tokenizer.ggml.* keys and the chat template; `rerank`: a reranker's, which adds
+    BOS and EOS around its inputs (llama-server's format_rerank reads these flags)."""
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(GGUF_PRE_TOKENIZER)
     writer.add_token_list(list(vocab.tokens))
@@ -201,6 +202,6 @@ def add_tokenizer_metadata(writer: GGUFWriter, vocab: Vocab) -> None:
     writer.add_eos_token_id(EOS_ID)
     writer.add_eot_token_id(EOT_ID)
     writer.add_pad_token_id(PAD_ID)
-    writer.add_add_bos_token(False)
-    writer.add_add_eos_token(False)
+    writer.add_add_bos_token(rerank)
+    writer.add_add_eos_token(rerank)
     writer.add_chat_template(CHAT_TEMPLATE)

@@ -192,8 +192,13 @@ class EngineSettings(Block):
         False,
         "--reranking",
         "--rerank",
-        help="enable the /rerank endpoints (llama-server's)",
+        help="serve /rerank (llama-server's): with --rerank-model's GGUF, else the -m model's",
         action="store_true",
+    )
+    rerank_model: str | None = setting(
+        None,
+        "--rerank-model",
+        help="reranker GGUF (rank pooling) for /rerank beside the chat model; implies --reranking",
     )
     pooling: Literal["none", "mean", "cls", "last", "rank"] | None = setting(
         None,
@@ -222,7 +227,7 @@ class EngineSettings(Block):
         action="store_true",
     )
 
-    @field_validator("embedding_model", "model_draft")
+    @field_validator("embedding_model", "model_draft", "rerank_model")
     @classmethod
     def _file_exists(cls, path: str | None) -> str | None:
         return existing_file(path)
@@ -256,6 +261,10 @@ class EngineSettings(Block):
                 "every busy slot decodes one token per step"
             )
         return self
+
+    def reranker_path(self, model_path: str) -> str | None:
+        """The GGUF /rerank scores with: --rerank-model's, or -m's with --reranking; None: off."""
+        return self.rerank_model or (model_path if self.reranking else None)
 
     def served_model_id(self, model_path: str) -> str:
         """The id clients use for the model at `model_path` (-a's first name, else the file stem)."""

@@ -26,9 +26,12 @@ LLAMA_SERVER_FLAGS = (
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(
+    tiny_model: Path, reranker_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
     slots = tmp_path_factory.mktemp("slots")
-    with start(tiny_model, *LLAMA_SERVER_FLAGS, "--slot-save-path", str(slots)) as srv:
+    rerank = ("--rerank-model", str(reranker_model))  # the reranker beside the chat model
+    with start(tiny_model, *LLAMA_SERVER_FLAGS, "--slot-save-path", str(slots), *rerank) as srv:
         yield srv
 
 
@@ -175,3 +178,41 @@ def test_slot_actions_refuse_bad_input_with_a_4xx(server: Server) -> None:
     for response, status, param in cases:
         assert response.status_code == status, response.text
         assert response.json()["error"]["param"] == param
+
+
+DOCS = ["a cat is a small animal", "paris is in france", "the stock market fell", "cats purr"]
+
+
+def test_rerank_scores_and_sorts_documents_as_llama_server(server: Server) -> None:
+    body = {"query": "what is a cat", "documents": DOCS}
+    with server.client() as http:
+        replies = [http.post(path, json=body) for path in ("/v1/rerank", "/rerank", "/reranking")]
+        top = http.post("/v1/rerank", json={**body, "top_n": 2, "return_documents": True}).json()
+        cohere = http.post("/v1/rerank", json={**body, "documents": [{"text": d} for d in DOCS]}).json()
+        tei = http.post("/rerank", json={"query": "what is a cat", "texts": DOCS, "return_text": True}).json()
+    assert all(r.status_code == 200 for r in replies), [r.text for r in replies]
+    first = replies[0].json()
+    assert first["object"] == "list" and first["model"] == "tiny" and first["usage"]["prompt_tokens"] > 0
+    results = first["results"]
+    scores = [r["relevance_score"] for r in results]
+    assert sorted(r["index"] for r in results) == [0, 1, 2, 3] and scores == sorted(scores, reverse=True)
+    assert all(r.json()["results"] == results for r in replies)  # deterministic for a fixed model
+    assert top["results"] == [{**r, "document": {"text": DOCS[r["index"]]}} for r in results[:2]]
+    assert cohere["results"] == results
+    assert [(t["index"], t["score"], t["text"]) for t in tei] == [
+        (r["index"], r["relevance_score"], DOCS[r["index"]]) for r in results
+    ]
+
+
+def test_rerank_refuses_bad_input_with_a_400(server: Server) -> None:
+    bad = [
+        {"documents": DOCS},
+        {"query": "q", "documents": []},
+        {"query": "q"},
+        {"query": "q", "documents": ["a", 3]},
+        {"query": 5, "documents": ["a"]},
+        {"query": "q", "documents": ["a"], "top_n": -1},
+    ]
+    with server.client() as http:
+        replies = [http.post("/v1/rerank", json=body) for body in bad]
+    assert [r.status_code for r in replies] == [400] * len(bad), [r.text for r in replies]
