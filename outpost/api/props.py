@@ -2,20 +2,23 @@
 
 `/props` carries what llama-server's web UI and scripts read: `default_generation_settings`
 (`n_ctx` and the sampling defaults as `params`), `total_slots`, `model_path`, `chat_template`,
-`modalities`, `build_info`, `bos_token`/`eos_token`. Changing global properties (`POST /props`)
-needs llama-server's `--props`; Outpost has none, so it answers llama-server's 501 without it.
+`modalities`, `build_info`, `bos_token`/`eos_token`. `POST /props` is llama-server's: without
+`--props` its 501; with it, `{"success": true}` for a JSON object, and no setting changes (llama-
+server's handler applies none of the fields either, "update any props here" is still a stub there).
 `/slots` lists the slots with whether each is busy: Outpost's scheduler places requests per step,
 so a slot's figures are the pool's (no per-slot prompt or task id).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
 
 import outpost
 from outpost.api import mapping
+from outpost.api.errors import bad_request
 from outpost.api.handlers import state_of
 from outpost.api.infill import not_supported
 from outpost.api.native_schemas import DEFAULT_SAMPLERS
@@ -68,18 +71,27 @@ async def get_props(request: Request) -> dict[str, Any]:
         "build_info": f"outpost-{getattr(outpost, '__version__', '0')}",
         "webui": state.config.webui,
         "endpoint_slots": True,
-        "endpoint_props": False,
+        "endpoint_props": state.config.props,
         "endpoint_metrics": True,
         "is_sleeping": False,
     }
 
 
-@router.post("/props", include_in_schema=False)  # always 501: nothing to document
+@router.post("/props", tags=["llama.cpp"])
 async def set_props(request: Request) -> dict[str, Any]:
-    raise not_supported(
-        "This server does not support changing global properties. "
-        "llama-server allows it with --props; Outpost's settings are fixed at start"
-    )
+    """llama-server's: with `--props`, accepts a JSON object and changes nothing (as there)."""
+    if not state_of(request).config.props:
+        raise not_supported(
+            "This server does not support changing global properties. Start it with `--props`"
+        )
+    raw = await request.body()
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        raise bad_request("the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object of properties")
+    return {"success": True}
 
 
 @router.get("/slots", tags=["llama.cpp"])

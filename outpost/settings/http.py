@@ -100,6 +100,12 @@ class HttpSettings(Block):
     slots: bool = setting(
         True, "--slots", help="the /slots monitoring endpoint (llama-server's; default on)", action="switch"
     )
+    props: bool = setting(
+        False,
+        "--props",
+        help="accept POST /props (llama-server's; it changes no setting there either, answers success)",
+        action="store_true",
+    )
     webui: bool = setting(True, "--no-webui", help="no chat page at / (404)", action="store_false")
     grace_period: float = setting(
         30.0,

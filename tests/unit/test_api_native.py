@@ -21,9 +21,11 @@ from outpost.messages import FimTokens, FinishReason, SamplingParams, TokenLogpr
 from outpost.settings import HttpSettings
 
 
-def call(backend: FakeBackend, method: str, path: str, body: dict[str, Any]) -> httpx.Response:
+def call(
+    backend: FakeBackend, method: str, path: str, body: Any, http: HttpSettings | None = None
+) -> httpx.Response:
     async def main() -> httpx.Response:
-        app = create_app({"m": backend}, HttpSettings(), "m")
+        app = create_app({"m": backend}, http or HttpSettings(), "m")
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             return await client.request(method, path, json=body)
@@ -282,3 +284,13 @@ def test_slot_file_names_are_checked_as_llama_cpp_checks_them() -> None:
     assert not any(slots.valid_filename(name) for name in bad)
     r = call(FakeBackend(), "POST", "/slots/0?action=restore", {"filename": "../../etc/passwd"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "filename"
+
+
+def test_post_props_with_props_is_llama_servers_success() -> None:
+    on = HttpSettings(props=True)
+    r = call(FakeBackend(), "POST", "/props", {"n_ctx": 5}, on)
+    assert r.status_code == 200 and r.json() == {"success": True}
+    assert call(FakeBackend(), "GET", "/props", {}, on).json()["endpoint_props"] is True
+    assert call(FakeBackend(), "GET", "/props", {}).json()["endpoint_props"] is False
+    assert call(FakeBackend(), "POST", "/props", [1, 2], on).status_code == 400
+    assert call(FakeBackend(), "POST", "/props", "x", on).status_code == 400
