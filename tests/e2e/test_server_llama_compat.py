@@ -216,3 +216,10 @@ def test_rerank_refuses_bad_input_with_a_400(server: Server) -> None:
     with server.client() as http:
         replies = [http.post("/v1/rerank", json=body) for body in bad]
     assert [r.status_code for r in replies] == [400] * len(bad), [r.text for r in replies]
+
+
+def test_a_reranker_served_with_m_and_reranking_as_llama_server_users_start_it(reranker_model: Path) -> None:
+    with start(reranker_model, "-np", "1", "-c", "512", "--reranking") as srv, srv.client() as http:
+        r = http.post("/v1/rerank", json={"query": "what is a cat", "documents": DOCS})
+    assert r.status_code == 200, r.text
+    assert sorted(x["index"] for x in r.json()["results"]) == [0, 1, 2, 3]
