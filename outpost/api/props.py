@@ -5,8 +5,9 @@
 `modalities`, `build_info`, `bos_token`/`eos_token`. `POST /props` is llama-server's: without
 `--props` its 501; with it, `{"success": true}` for a JSON object, and no setting changes (llama-
 server's handler applies none of the fields either, "update any props here" is still a stub there).
-`/slots` lists the slots with whether each is busy: Outpost's scheduler places requests per step,
-so a slot's figures are the pool's (no per-slot prompt or task id).
+`/slots` (off with `--no-slots`: 501, as llama-server) lists the slots with whether each is busy:
+Outpost's scheduler places requests per step, so a slot's figures are the pool's (no per-slot
+prompt or task id).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ async def get_props(request: Request) -> dict[str, Any]:
         "eos_token": "",
         "build_info": f"outpost-{getattr(outpost, '__version__', '0')}",
         "webui": state.config.webui,
-        "endpoint_slots": True,
+        "endpoint_slots": state.config.slots,
         "endpoint_props": state.config.props,
         "endpoint_metrics": True,
         "is_sleeping": False,
@@ -97,7 +98,10 @@ async def set_props(request: Request) -> dict[str, Any]:
 @router.get("/slots", tags=["llama.cpp"])
 async def slots(request: Request) -> list[dict[str, Any]]:
     """One entry per slot: id, n_ctx, is_processing (the first `slots_busy` are busy)."""
-    _, backend = state_of(request).backend_for(None)
+    state = state_of(request)
+    if not state.config.slots:  # `--no-slots`: llama-server's refusal
+        raise not_supported("This server does not support slots endpoint. Start it with `--slots`")
+    _, backend = state.backend_for(None)
     stats = backend.stats()
     params = default_params()
     return [

@@ -294,3 +294,12 @@ def test_post_props_with_props_is_llama_servers_success() -> None:
     assert call(FakeBackend(), "GET", "/props", {}).json()["endpoint_props"] is False
     assert call(FakeBackend(), "POST", "/props", [1, 2], on).status_code == 400
     assert call(FakeBackend(), "POST", "/props", "x", on).status_code == 400
+
+
+def test_no_slots_turns_the_slots_route_off_as_llama_server() -> None:
+    off = HttpSettings(slots=False)
+    refused = call(FakeBackend(), "GET", "/slots", {}, off)
+    assert refused.status_code == 501 and "--slots" in refused.json()["error"]["message"]
+    assert call(FakeBackend(), "GET", "/props", {}, off).json()["endpoint_slots"] is False
+    assert call(FakeBackend(), "GET", "/slots", {}).status_code == 200
+
