@@ -302,4 +302,3 @@ def test_no_slots_turns_the_slots_route_off_as_llama_server() -> None:
     assert refused.status_code == 501 and "--slots" in refused.json()["error"]["message"]
     assert call(FakeBackend(), "GET", "/props", {}, off).json()["endpoint_slots"] is False
     assert call(FakeBackend(), "GET", "/slots", {}).status_code == 200
-
