@@ -32,7 +32,7 @@ from outpost.api.anthropic_input import (
 from outpost.api.chat_run import ChatRun, Ending, answer_parts, collect, plan_for, start_chat
 from outpost.api.errors import ApiError
 from outpost.api.handlers import state_of
-from outpost.api.requestlog import record_of
+from outpost.api.record import record_of
 from outpost.api.state import ServerState
 from outpost.api.streaming import sse_response, with_keepalive
 

@@ -30,7 +30,7 @@ from outpost.api.generation import (
     start_all,
     until_disconnect,
 )
-from outpost.api.requestlog import record_of
+from outpost.api.record import record_of
 from outpost.api.schemas import ChatCompletionRequest
 from outpost.api.state import ServerState
 from outpost.backend import InferenceBackend

@@ -26,7 +26,7 @@ from outpost.api.generation import (
     start_all,
     until_disconnect,
 )
-from outpost.api.requestlog import record_of
+from outpost.api.record import record_of
 from outpost.api.schemas import ChatCompletionRequest, CompletionRequest
 from outpost.api.state import ServerState
 from outpost.api.streaming import StreamSpec, chat_stream, completion_stream, sse_response

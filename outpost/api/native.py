@@ -29,7 +29,7 @@ from outpost.api.native_schemas import (
     NativeCompletionRequest,
     NativePrompt,
 )
-from outpost.api.requestlog import record_of
+from outpost.api.record import record_of
 from outpost.api.streaming import merge, sse, sse_response, with_keepalive
 from outpost.backend import InferenceBackend, PromptCodec
 from outpost.messages import SamplingParams

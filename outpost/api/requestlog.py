@@ -12,59 +12,20 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from outpost.api.errors import not_ready
-from outpost.api.generation import Outcome
+from outpost.api.record import RECORD_KEY, RequestRecord
 from outpost.api.state import ServerState
 from outpost.api.tracespans import begin_request, end_request
-from outpost.messages import Timings
 from outpost.tracing import Tracer, current
 
 access_log = logging.getLogger("outpost.access")
 
-RECORD_KEY = "outpost.record"
 # Probes and scrapes: never refused while draining, not counted as in flight, logged only on failure.
 QUIET_PATHS = frozenset({"/health", "/ping", "/metrics"})
-
-
-@dataclass
-class RequestRecord:
-    """What the access log says about one request; routes fill it in."""
-
-    id: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    finish_reason: str | None = None
-    timings: dict[str, Any] | None = None
-    prompt: str | None = None
-    completion: str | None = None
-    # (timings, wall-clock ns when it finished) per generation: what tracing lays its spans out from.
-    finished: list[tuple[Timings, int]] = field(default_factory=list)
-
-    def add_outcome(self, out: Outcome, prompt: str | None, log_prompts: bool) -> None:
-        self.prompt_tokens += out.n_prompt
-        self.completion_tokens += len(out.token_ids)
-        self.cached_tokens += out.timings.cache_n
-        self.finish_reason = out.finish.value
-        self.timings = out.timings.as_dict()
-        self.finished.append((out.timings, time.time_ns()))
-        if log_prompts:
-            self.prompt = prompt
-            self.completion = (self.completion or "") + out.text
-
-
-def record_of(request: Request) -> RequestRecord:
-    record = request.scope.get(RECORD_KEY)
-    if not isinstance(record, RequestRecord):
-        record = RequestRecord()
-        request.scope[RECORD_KEY] = record
-    return record
 
 
 def endpoint_label(path: str, known: frozenset[str]) -> str:

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from outpost.api.chat_run import ChatRun, Ending, answer_parts, collect, start_chat
 from outpost.api.errors import ApiError, bad_request
 from outpost.api.handlers import state_of
-from outpost.api.requestlog import record_of
+from outpost.api.record import record_of
 from outpost.api.response_store import ResponseStore
 from outpost.api.responses_input import ResponsesRequest, chat_request, input_messages
 from outpost.api.responses_render import (

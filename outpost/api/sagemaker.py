@@ -22,7 +22,7 @@ from outpost.api import mapping
 from outpost.api.errors import ApiError, bad_request
 from outpost.api.generation import Generation, outcome_error
 from outpost.api.handlers import handle_chat, handle_completion, state_of, wait_outcomes
-from outpost.api.requestlog import record_of
+from outpost.api.record import record_of
 from outpost.api.schemas import ChatCompletionRequest, CompletionRequest, TgiParameters, TgiRequest
 from outpost.api.state import ServerState
 from outpost.messages import SamplingParams

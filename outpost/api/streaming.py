@@ -30,7 +30,7 @@ from outpost.api import render
 from outpost.api.chat_plan import ChatPlan
 from outpost.api.errors import ApiError
 from outpost.api.generation import Generation, Outcome, finish_error
-from outpost.api.requestlog import RequestRecord
+from outpost.api.record import RequestRecord
 from outpost.backend import PromptCodec
 from outpost.messages import FinishReason
 

@@ -12,12 +12,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from outpost.api.record import RequestRecord
 from outpost.tracing import Span, Tracer, from_asgi_scope
-
-if TYPE_CHECKING:
-    from outpost.api.requestlog import RequestRecord
 
 _log = logging.getLogger("outpost.tracing")
 

@@ -18,7 +18,7 @@ from outpost.models.convert.archs import ARCHITECTURES, arch_for, llama3_rope_fa
 from outpost.models.convert.hparams import parse_hparams, parse_rope
 from outpost.models.convert.st_reader import open_checkpoint, read_rows
 from outpost.models.convert.tensors import output_type, permute_rows
-from outpost.models.convert.vocab import TokenizerFiles, add_special_flags
+from outpost.models.convert.vocab_parts import TokenizerFiles, add_special_flags
 
 # ---------------------------------------------------------------- pre-tokenizer
 

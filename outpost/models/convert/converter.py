@@ -21,7 +21,8 @@ from outpost.models.convert.hparams import HParams, parse_hparams
 from outpost.models.convert.source import resolve_source
 from outpost.models.convert.st_reader import open_checkpoint
 from outpost.models.convert.tensors import OUTTYPES, StreamedTensor, TensorJob, plan_tensors
-from outpost.models.convert.vocab import GGUFVocab, load_vocab, read_json, write_vocab
+from outpost.models.convert.vocab import load_vocab, write_vocab
+from outpost.models.convert.vocab_parts import GGUFVocab, read_json
 from outpost.models.files import temp_path_beside
 
 ProgressFn = Callable[[int, int, str], None]

@@ -12,7 +12,7 @@ from typing import Any
 from gguf import TokenType
 
 from outpost.models.convert.pretokenizer import choose_pre_tokenizer
-from outpost.models.convert.vocab import (
+from outpost.models.convert.vocab_parts import (
     GGUFVocab,
     TokenizerFiles,
     add_special_flags,

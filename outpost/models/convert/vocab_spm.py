@@ -14,7 +14,7 @@ from typing import Any
 
 from gguf import TokenType
 
-from outpost.models.convert.vocab import (
+from outpost.models.convert.vocab_parts import (
     GGUFVocab,
     TokenizerFiles,
     add_special_flags,
