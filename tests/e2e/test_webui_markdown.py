@@ -21,6 +21,9 @@ from test_webui import (  # noqa: F401  (the browser and server fixtures come wi
     server,
 )
 
+from outpost.api import webui
+
+SYSTEM = {"role": "system", "content": webui.DEFAULT_SYSTEM_PROMPT}
 ANSWER = (
     "Here is code:\n\n```python\nprint('hi')\n```\n\n- one\n- two\n\n"
     'Some **bold** text. <script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
@@ -108,7 +111,7 @@ def test_regenerate_and_edit(page: Watched, server) -> None:  # type: ignore[no-
     expect(p.locator(".msg.assistant .body").last).to_have_text("One")
     p.click(".msg.assistant .regenerate")
     expect(p.locator(".msg .body")).to_have_text(["Question", "Two"])
-    assert bodies[0]["messages"] == bodies[1]["messages"] == [{"role": "user", "content": "Question"}]
+    assert bodies[0]["messages"] == bodies[1]["messages"] == [SYSTEM, {"role": "user", "content": "Question"}]
 
     p.click(".msg.user .edit")
     expect(p.locator(".msg")).to_have_count(0)
@@ -116,7 +119,34 @@ def test_regenerate_and_edit(page: Watched, server) -> None:  # type: ignore[no-
     p.fill("#prompt", "Better question")
     p.press("#prompt", "Enter")
     expect(p.locator(".msg .body")).to_have_text(["Better question", "Three"])
-    assert bodies[2]["messages"] == [{"role": "user", "content": "Better question"}]
+    assert bodies[2]["messages"] == [SYSTEM, {"role": "user", "content": "Better question"}]
+    page.assert_clean()
+
+
+def test_the_system_prompt_has_a_default_is_sent_first_and_is_kept(page: Watched, server) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    p = _open(page, server)
+    bodies = _script(p, ["One", "Two", "Three"])
+    assert p.input_value("#system") == webui.DEFAULT_SYSTEM_PROMPT  # a first visit: nothing saved yet
+    _send(p, "Question")
+    expect(p.locator(".msg.assistant .body").last).to_have_text("One")
+    assert bodies[0]["messages"] == [SYSTEM, {"role": "user", "content": "Question"}]
+
+    p.click("#settings-toggle")
+    p.fill("#system", "Answer in one word.")
+    p.reload()  # an edited prompt is the user's from now on, in this browser
+    assert p.input_value("#system") == "Answer in one word."
+    _send(p, "Another")
+    expect(p.locator(".msg.assistant .body").last).to_have_text("Two")
+    assert bodies[1]["messages"][0] == {"role": "system", "content": "Answer in one word."}
+    assert [m["role"] for m in bodies[1]["messages"]] == ["system", "user", "assistant", "user"]
+
+    p.click("#settings-toggle")
+    p.fill("#system", "")
+    p.reload()  # emptied is a choice too: the default does not come back
+    assert p.input_value("#system") == ""
+    _send(p, "Last")
+    expect(p.locator(".msg.assistant .body").last).to_have_text("Three")
+    assert [m["role"] for m in bodies[2]["messages"]] == ["user", "assistant", "user", "assistant", "user"]
     page.assert_clean()
 
 

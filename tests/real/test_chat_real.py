@@ -20,16 +20,18 @@ from e2e.server_harness import Server
 from llama_reference import Reference, render_reference
 from real_server import serve
 
+from outpost.api import webui
 from outpost.engine.codec import load_codec
 from outpost.models.catalog import SMOLLM2_135M_INDEX
 
 pytestmark = pytest.mark.real
 
 # SmolLM2-135M (q4_1) answers "What is the capital of France?" with "The capital of France is Paris."
-# under `--preset chat`'s system prompt; under its template's default one, or "You are a helpful
-# assistant." with a period, it rambles in French: a 135M model.
+# under `--preset chat`'s system prompt, the chat page's default; under its template's default one, or
+# "You are a helpful assistant." with a period, it rambles in French: a 135M model.
 MODEL = SMOLLM2_135M_INDEX.filename.removesuffix(".gguf")  # the served id: the file's stem
 HELPFUL = {"role": "system", "content": "You are a helpful assistant"}
+PAGE_SYSTEM = {"role": "system", "content": webui.DEFAULT_SYSTEM_PROMPT}
 FRANCE: list[Any] = [HELPFUL, {"role": "user", "content": "What is the capital of France?"}]
 WEATHER = {
     "type": "function",
@@ -98,6 +100,16 @@ def test_an_answer_ends_at_the_real_end_of_turn(client: openai.OpenAI, real_smol
         assert ref.is_eog(im_end) and not ref.is_eog(ref.tokenize(" Paris")[0])
     finally:
         ref.close()
+
+
+def test_the_chat_pages_default_system_prompt_gets_the_right_answer(client: openai.OpenAI) -> None:
+    # The page's request (a stream, its system prompt first), greedy so the answer is the same every run.
+    question = {"role": "user", "content": "What is the capital of France?"}
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[PAGE_SYSTEM, question], stream=True, temperature=0, max_tokens=24
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert "Paris" in text, text
 
 
 def test_max_tokens_and_stop_strings(client: openai.OpenAI) -> None:

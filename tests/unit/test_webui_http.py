@@ -73,3 +73,10 @@ def test_markdown_libraries_are_vendored_pinned_and_served(tmp_path: Path) -> No
         for name in ("vendor/marked.umd.js", "vendor/purify.min.js", "app.js")
     ]
     assert order == sorted(order), "the libraries load before the page's script (defer keeps the order)"
+
+
+def test_the_page_ships_the_default_system_prompt(tmp_path: Path) -> None:
+    with _client(tmp_path) as c:
+        html = c.get("/").text
+    textarea = re.search(r'<textarea id="system"[^>]*>([^<]*)</textarea>', html)
+    assert textarea is not None and textarea.group(1) == webui.DEFAULT_SYSTEM_PROMPT

@@ -43,6 +43,10 @@ ASSETS = {
     "/webui/vendor/purify.min.js": ("vendor/purify.min.js", "text/javascript; charset=utf-8"),
 }
 OPEN_PATHS: tuple[str, ...] = tuple(ASSETS)
+# The page's system prompt until the user edits it (the text of index.html's #system; a unit test holds
+# the two together): SmolLM2-135M-Instruct answers "What is the capital of France?" with Paris under it
+# (tests/real), and rambles or switches language with none, or with the same sentence ending in a period.
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant"
 
 
 def _asset_route(body: bytes, media_type: str) -> Callable[[], Awaitable[Response]]:
@@ -62,4 +66,4 @@ def build_router() -> APIRouter:
     return router
 
 
-__all__ = ["ASSETS", "CSP", "OPEN_PATHS", "SECURITY_HEADERS", "build_router"]
+__all__ = ["ASSETS", "CSP", "DEFAULT_SYSTEM_PROMPT", "OPEN_PATHS", "SECURITY_HEADERS", "build_router"]

@@ -433,6 +433,8 @@ function summary(live, reply) {
 
 // ---- wiring ----
 
+// A setting never saved keeps the page's own default (the textarea's text for the system prompt: a
+// small instruct model rambles or switches language without one); one saved, even empty, is the user's.
 function loadSettings() {
   const saved = load(STORE.settings, {});
   for (const name of SETTINGS) {
