@@ -104,18 +104,23 @@ class _HeaderWalk:
             found[key] = self.value(self.take("I"))
         return found
 
-    def tensor_bytes(self) -> dict[str, int]:
-        """Each tensor's size in bytes, from the table after the metadata (call metadata() first)."""
-        sizes: dict[str, int] = {}
+    def tensors(self, alignment: int) -> dict[str, Tensor]:
+        """Each tensor's elements and bytes, from the table after the metadata (call metadata() first);
+        ValueError when the file ends before the last tensor's data (a cut download)."""
+        table: dict[str, Tensor] = {}
+        data_end = 0
         for _ in range(self.n_tensors):
             name = self.string()
             elements = 1
             for _ in range(self.take("I")):
                 elements *= self.take("Q")
             block, size = GGML_QUANT_SIZES[GGMLQuantizationType(self.take("I"))]
-            self.take("Q")  # offset in the data section
-            sizes[name] = elements // block * size
-        return sizes
+            table[name] = Tensor(elements, elements // block * size)
+            data_end = max(data_end, self.take("Q") + table[name].n_bytes)
+        end = -(-self.pos // alignment) * alignment + data_end  # the data section starts aligned
+        if end > len(self.data):
+            raise ValueError(f"the file ends at byte {len(self.data)}, its tensors at {end}")
+        return table
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,14 @@ class _Length:
     """An array read only for its length."""
 
     count: int
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One entry of a GGUF's tensor table."""
+
+    n_elements: int
+    n_bytes: int
 
 
 def _positive(value: Any, what: str, path: Path) -> int:
@@ -138,17 +151,15 @@ def _first_int(value: Any) -> int:
     return int(value or 0)
 
 
-def read_metadata(path: Path) -> dict[str, Any]:
-    """A GGUF's metadata keys; arrays longer than per-layer lists come back as `_Length`."""
-    return _read_header(path)[0]
-
-
-def _read_header(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
-    """The metadata and each tensor's size in bytes."""
+def read_header(path: Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """A GGUF's metadata keys (arrays longer than per-layer lists come back as their length only)
+    and its tensor table; ValueError if it is not a readable, whole GGUF file."""
     try:
         with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             walk = _HeaderWalk(data)
-            return walk.metadata(), walk.tensor_bytes()
+            meta = walk.metadata()
+            alignment = meta.get("general.alignment", 32)
+            return meta, walk.tensors(alignment if isinstance(alignment, int) and alignment > 0 else 32)
     except (ValueError, OSError, struct.error, UnicodeDecodeError, KeyError) as exc:
         raise ValueError(f"{path} is not a readable GGUF file ({exc})") from exc
 
@@ -169,7 +180,8 @@ def _layer_sizes(tensors: dict[str, int], n_layer: int) -> tuple[tuple[int, ...]
 
 def read_footprint(path: Path) -> ModelFootprint:
     """Read the header of the GGUF at `path`; ValueError if it lacks what sizing needs."""
-    meta, tensors = _read_header(path)
+    meta, table = read_header(path)
+    tensors = {name: tensor.n_bytes for name, tensor in table.items()}
     arch = str(meta.get("general.architecture") or "")
 
     def key(name: str) -> Any:

@@ -108,6 +108,10 @@ def test_gguf_info_of_the_tiny_model(tiny_model: Path, tmp_path: Path) -> None:
     not_gguf.write_bytes(b"definitely not a GGUF file" * 10)
     with pytest.raises(ValueError, match="not a readable GGUF"):
         read_gguf_info(not_gguf)
+    cut = tmp_path / "cut.gguf"  # a whole header, the tensors' data cut short: a partial download
+    cut.write_bytes(tiny_model.read_bytes()[:-1])
+    with pytest.raises(ValueError, match=r"not a readable GGUF file \(the file ends at byte"):
+        read_gguf_info(cut)
 
 
 def test_format_parameters() -> None:
