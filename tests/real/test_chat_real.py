@@ -18,7 +18,6 @@ import openai
 import pytest
 from e2e.server_harness import Server
 from llama_reference import Reference, render_reference
-from real_server import serve
 
 from outpost.api import webui
 from outpost.engine.codec import load_codec
@@ -61,45 +60,39 @@ CONVERSATIONS: dict[str, list[dict[str, Any]]] = {
 
 
 @pytest.fixture(scope="module")
-def server(real_smollm2: Path) -> Iterator[Server]:
-    with serve(real_smollm2, "-np", "2", "-c", "4096") as srv:
-        yield srv
+def client(smollm2_server: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{smollm2_server.url}/v1", api_key="unused", max_retries=0, timeout=300)
 
 
 @pytest.fixture(scope="module")
-def client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300)
+def codec(real_smollm2: Path) -> Iterator[Any]:
+    model = load_codec(str(real_smollm2))
+    yield model.codec
+    model.close()
 
 
 @pytest.mark.parametrize("case", [*CONVERSATIONS, "tools"])
-def test_the_chat_template_renders_as_transformers_does(real_smollm2: Path, case: str) -> None:
+def test_the_chat_template_renders_as_transformers_does(codec: Any, case: str) -> None:
     messages = CONVERSATIONS.get(case, CONVERSATIONS["multi-turn"])
     extra = {"tools": [WEATHER]} if case == "tools" else {}
-    model = load_codec(str(real_smollm2))
-    try:
-        template = model.codec.chat_template_source
-        assert template is not None and "<|im_start|>" in template
-        ours = model.codec.render_chat(messages, **extra)
-        bos, eos = model.codec.vocab.bos_text, model.codec.vocab.eos_text
-    finally:
-        model.close()
+    template = codec.chat_template_source
+    assert template is not None and "<|im_start|>" in template
+    ours = codec.render_chat(messages, **extra)
+    bos, eos = codec.vocab.bos_text, codec.vocab.eos_text
     assert ours == render_reference(template, messages, bos_token=bos, eos_token=eos, **extra)
     assert ours.endswith("<|im_start|>assistant\n")
 
 
-def test_an_answer_ends_at_the_real_end_of_turn(client: openai.OpenAI, real_smollm2: Path) -> None:
+def test_an_answer_ends_at_the_real_end_of_turn(client: openai.OpenAI, smollm2_reference: Reference) -> None:
     r = client.chat.completions.create(model=MODEL, messages=FRANCE, temperature=0, max_tokens=64)
     choice = r.choices[0]
     assert choice.finish_reason == "stop"
     assert "Paris" in (choice.message.content or "") and "<|im_end|>" not in (choice.message.content or "")
     assert r.usage is not None and 0 < r.usage.completion_tokens < 64
     # the model's own end-of-turn: <|im_end|> is an end-of-generation token of this vocabulary
-    ref = Reference(real_smollm2, n_ctx=256)
-    try:
-        (im_end,) = ref.tokenize("<|im_end|>")
-        assert ref.is_eog(im_end) and not ref.is_eog(ref.tokenize(" Paris")[0])
-    finally:
-        ref.close()
+    ref = smollm2_reference
+    (im_end,) = ref.tokenize("<|im_end|>")
+    assert ref.is_eog(im_end) and not ref.is_eog(ref.tokenize(" Paris")[0])
 
 
 def test_the_chat_pages_default_system_prompt_gets_the_right_answer(client: openai.OpenAI) -> None:

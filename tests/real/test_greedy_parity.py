@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -46,10 +45,8 @@ NEAR_TIE = 0.1
 
 
 @pytest.fixture(scope="module")
-def reference(real_smollm2: Path) -> Iterator[Reference]:  # module-wide: its greedy texts are reused
-    ref = Reference(real_smollm2)
-    yield ref
-    ref.close()
+def reference(smollm2_reference: Reference) -> Reference:  # session-wide: its greedy texts are reused
+    return smollm2_reference
 
 
 def _chat_prompt(reference: Reference, question: str) -> list[int]:
