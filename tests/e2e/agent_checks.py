@@ -102,7 +102,10 @@ def responses_tools_then_output(url: str, model: str) -> None:
     # the follow-up's prompt holds the first turn, the call and its output
     assert follow.usage is not None and first.usage is not None
     assert follow.usage.input_tokens > first.usage.input_tokens
-    history: list[Any] = [{"role": "user", "content": ASK}, calls[0].model_dump(exclude_none=True), result]
+    # All of the first answer's items: a sampled answer may hold several calls (the real SmolLM2 writes
+    # up to five at the default temperature), and the stored turn has them all.
+    items = [item.model_dump(exclude_none=True) for item in first.output]
+    history: list[Any] = [{"role": "user", "content": ASK}, *items, result]
     resent = client.responses.create(model=model, input=history, tools=RESPONSES_TOOLS, max_output_tokens=8)
     assert resent.usage is not None and resent.usage.input_tokens == follow.usage.input_tokens
 
