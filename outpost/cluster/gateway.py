@@ -71,9 +71,11 @@ class GatewayLink:
         models: list[str],
         gateway_id: str | None = None,
         prefix_routing: bool = True,
+        quorum_size: int | None = None,
     ) -> None:
         self.urls = [url] if isinstance(url, str) else list(url)  # a cluster's nodes: any will do
         self.url = self.urls[0]
+        self.quorum = topology.quorum_size(len(self.urls), quorum_size)  # replicas of its queues
         self.models = list(models)
         self.gateway_id = gateway_id or uuid.uuid4().hex[:12]
         self.reply_name = topology.reply_queue(self.gateway_id)
@@ -122,9 +124,9 @@ class GatewayLink:
         session = self._session
         assert session is not None  # set by start(), which runs the session
         pub = session.essential(await conn.channel(publisher_confirms=True, on_return_raises=True))
-        control, status = await topology.declare_common(pub)
+        control, status = await topology.declare_common(conn, pub, self.quorum)
         for model in self.models:
-            await topology.declare_request_queue(pub, model)
+            await topology.declare_request_queue(conn, pub, model, self.quorum)
         side = session.essential(await conn.channel())
         replies = await side.declare_queue(self.reply_name, exclusive=True, auto_delete=True)
         await replies.consume(self._on_reply, no_ack=True)
@@ -135,9 +137,7 @@ class GatewayLink:
         await status_q.consume(self._on_status, no_ack=True)
         dead_ch = session.essential(await conn.channel())
         await dead_ch.set_qos(prefetch_count=16)
-        dead = await dead_ch.declare_queue(
-            topology.DEAD_QUEUE, durable=True, arguments={"x-queue-type": "quorum"}
-        )
+        dead = await dead_ch.declare_queue(topology.DEAD_QUEUE, passive=True)  # declare_common's
         await dead.consume(self._on_dead)
         self._conn, self._pub, self._control, self._side = conn, pub, control, side
         # Depth polls on a channel of their own, reopened when a failed declare closes it.

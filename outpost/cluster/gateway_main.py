@@ -36,10 +36,11 @@ def serve_gateway(
     tracing: TracingSettings,
     url: str | list[str],
     model_paths: list[str],
+    quorum_size: int | None = None,
 ) -> int:
     """Serve until stopped; returns the process exit code."""
     configure_logging()
-    return asyncio.run(_serve(config, own, tracing, url, model_paths))
+    return asyncio.run(_serve(config, own, tracing, url, model_paths, quorum_size))
 
 
 async def _serve(
@@ -48,12 +49,13 @@ async def _serve(
     tracing: TracingSettings,
     url: str | list[str],
     model_paths: list[str],
+    quorum_size: int | None,
 ) -> int:
     loop = asyncio.get_running_loop()
     ids = [model_id(p) for p in model_paths]
     if len(set(ids)) != len(ids):
         raise ValueError(f"two -m models have the same id: {ids}")
-    link = GatewayLink(url, ids, prefix_routing=own.prefix_routing == "on")
+    link = GatewayLink(url, ids, prefix_routing=own.prefix_routing == "on", quorum_size=quorum_size)
     link.outage_bound_s = own.broker_outage
     opened: list[Any] = []
     template = own.template_text()

@@ -22,6 +22,16 @@ Fanout exchanges: `outpost.control` (cancels; every worker binds a private queue
 `outpost.status` (worker heartbeats; every gateway binds a private queue). Each gateway has its
 own classic exclusive auto-delete reply queue `outpost.reply.<gateway id>`.
 
+Replication: on a RabbitMQ cluster every quorum queue (request queues, lanes, `outpost.dead`) is
+declared with `x-quorum-initial-group-size` (`quorum_size`: by default the number of broker
+addresses a process is given, at most 3; with one address the argument is left out, as before, so
+a single broker's existing queues stay equivalent). The value counts only when a queue is created, and
+RabbitMQ refuses to declare an existing queue with another (406 PRECONDITION_FAILED): so the queues
+every process declares (the request queues, `outpost.dead`) are declared with their arguments only
+when they do not exist yet, and taken as they are (a passive declare) when they do. Processes given
+different addresses, or a single broker's queues from before, then work together; the first
+process to declare a queue sets its replicas. A lane is declared by its worker alone.
+
 Connecting: the password comes from a file or the environment, never the URL. An `amqps://` URL
 is TLS; its query carries the options aiormq knows by these names (`cafile`, `capath`, `certfile`,
 `keyfile`, `no_verify_ssl`), which `--broker-ca-file` / `--broker-cert-file` / `--broker-key-file`
@@ -33,6 +43,7 @@ for a certificate is `BrokerTLSError`: no retry fixes it, so callers do not retr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -51,7 +62,7 @@ from aio_pika.abc import (
     AbstractQueue,
 )
 from aio_pika.connection import make_url
-from aiormq.exceptions import AMQPError
+from aiormq.exceptions import AMQPError, ChannelNotFoundEntity
 
 _log = logging.getLogger("outpost.cluster")
 
@@ -61,6 +72,7 @@ DEAD_EXCHANGE = "outpost.dlx"
 DEAD_QUEUE = "outpost.dead"
 DELIVERY_LIMIT = 2  # deliveries returned unacked (a worker died) before the request is poison
 HEARTBEAT_S = 1.0
+QUORUM_MAX = 3  # replicas of each quorum queue by default: one node of three may fail
 WORKER_TTL_S = 3.5  # a worker silent this long is not live
 # URL query parameters that configure TLS (aiormq's names) and the flags that set them.
 TLS_FLAGS = {"cafile": "--broker-ca-file", "certfile": "--broker-cert-file", "keyfile": "--broker-key-file"}
@@ -87,10 +99,23 @@ def lane_queue(model: str, worker_id: str) -> str:
     return f"outpost.lane.{model}.{worker_id}"
 
 
-def lane_arguments(model: str, length: int) -> dict[str, Any]:
+def quorum_size(addresses: int, given: int | None = None) -> int | None:
+    """The `x-quorum-initial-group-size` to declare with: `given` (0: leave it out) or, when None,
+    the number of broker addresses up to QUORUM_MAX (one address: leave it out)."""
+    if given is not None:
+        return given or None
+    return min(QUORUM_MAX, addresses) if addresses > 1 else None
+
+
+def quorum_arguments(quorum: int | None = None) -> dict[str, Any]:
+    """A quorum queue's type, with its replica count when one is given."""
+    return {"x-queue-type": "quorum"} | ({"x-quorum-initial-group-size": quorum} if quorum else {})
+
+
+def lane_arguments(model: str, length: int, quorum: int | None = None) -> dict[str, Any]:
     """A lane's arguments: quorum, dead-lettered into the model's request queue."""
     return {
-        "x-queue-type": "quorum",
+        **quorum_arguments(quorum),
         "x-dead-letter-exchange": "",
         "x-dead-letter-routing-key": request_queue(model),
         "x-dead-letter-strategy": "at-least-once",
@@ -101,28 +126,31 @@ def lane_arguments(model: str, length: int) -> dict[str, Any]:
     }
 
 
-async def declare_lane(channel: AbstractChannel, model: str, worker_id: str, length: int) -> AbstractQueue:
+async def declare_lane(
+    channel: AbstractChannel, model: str, worker_id: str, length: int, quorum: int | None = None
+) -> AbstractQueue:
     return await channel.declare_queue(
-        lane_queue(model, worker_id), durable=True, arguments=lane_arguments(model, length)
+        lane_queue(model, worker_id), durable=True, arguments=lane_arguments(model, length, quorum)
     )
 
 
-async def lane_depth(channel: AbstractChannel, model: str, worker_id: str, length: int) -> int:
+async def lane_depth(
+    channel: AbstractChannel, model: str, worker_id: str, length: int, quorum: int | None = None
+) -> int:
     """Messages ready in a worker's lane, by declaring it again as it was declared: that renews its
     unused-expiry lease and brings it back if it went, where a passive declare of a missing queue
     would be a channel error. `channel` must consume nothing (RabbitMQ 3.10 answers a declare on a
     channel that consumes the queue with 0 ready)."""
     queue = await channel.declare_queue(
-        lane_queue(model, worker_id), durable=True, arguments=lane_arguments(model, length)
+        lane_queue(model, worker_id), durable=True, arguments=lane_arguments(model, length, quorum)
     )
     return int(queue.declaration_result.message_count or 0)
 
 
 async def request_queue_depth(channel: AbstractChannel, model: str) -> int:
-    """Messages ready in a model's request queue (declared as every process declares it)."""
-    queue = await channel.declare_queue(
-        request_queue(model), durable=True, arguments=request_queue_arguments()
-    )
+    """Messages ready in a model's request queue (a passive declare: the process declared it at
+    setup, and another process may have created it with another replica count)."""
+    queue = await channel.declare_queue(request_queue(model), passive=True)
     return int(queue.declaration_result.message_count or 0)
 
 
@@ -130,10 +158,10 @@ def reply_queue(gateway_id: str) -> str:
     return f"outpost.reply.{gateway_id}"
 
 
-def request_queue_arguments() -> dict[str, Any]:
+def request_queue_arguments(quorum: int | None = None) -> dict[str, Any]:
     """The arguments every process declares the request queue with (never the length limit)."""
     return {
-        "x-queue-type": "quorum",
+        **quorum_arguments(quorum),
         "x-delivery-limit": DELIVERY_LIMIT,
         "x-dead-letter-exchange": DEAD_EXCHANGE,
         "x-overflow": "reject-publish",
@@ -296,20 +324,49 @@ def _tls_failure(exc: BaseException) -> str | None:
     return None
 
 
-async def declare_common(channel: AbstractChannel) -> tuple[AbstractExchange, AbstractExchange]:
+async def declare_shared(
+    conn: AbstractConnection, channel: AbstractChannel, name: str, arguments: dict[str, Any]
+) -> AbstractQueue:
+    """Declare a queue every process declares: with `arguments` if it does not exist yet, else as
+    it is (see the module docstring: its replica count was fixed when it was created). Two processes
+    creating it at once with different arguments: the loser's channel fails, and its reconnect finds
+    the queue."""
+    scratch = await conn.channel()  # a passive declare of a missing queue closes its channel
+    try:
+        await scratch.declare_queue(name, passive=True)
+        exists = True
+    except ChannelNotFoundEntity:
+        exists = False
+    finally:
+        await asyncio.shield(_close_quietly(scratch))
+    if exists:
+        return await channel.declare_queue(name, passive=True)
+    return await channel.declare_queue(name, durable=True, arguments=arguments)
+
+
+async def _close_quietly(channel: AbstractChannel) -> None:
+    # The connection may have gone meanwhile: the setup then fails on its own channels.
+    with contextlib.suppress(AMQPError, OSError, RuntimeError):
+        if not channel.is_closed:
+            await channel.close()
+
+
+async def declare_common(
+    conn: AbstractConnection, channel: AbstractChannel, quorum: int | None = None
+) -> tuple[AbstractExchange, AbstractExchange]:
     """The dead-letter path and the control/status exchanges; returns (control, status)."""
     dlx = await channel.declare_exchange(DEAD_EXCHANGE, aio_pika.ExchangeType.FANOUT, durable=True)
-    dead = await channel.declare_queue(DEAD_QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
+    dead = await declare_shared(conn, channel, DEAD_QUEUE, quorum_arguments(quorum))
     await dead.bind(dlx)
     control = await channel.declare_exchange(CONTROL_EXCHANGE, aio_pika.ExchangeType.FANOUT, durable=True)
     status = await channel.declare_exchange(STATUS_EXCHANGE, aio_pika.ExchangeType.FANOUT, durable=True)
     return control, status
 
 
-async def declare_request_queue(channel: AbstractChannel, model: str) -> AbstractQueue:
-    return await channel.declare_queue(
-        request_queue(model), durable=True, arguments=request_queue_arguments()
-    )
+async def declare_request_queue(
+    conn: AbstractConnection, channel: AbstractChannel, model: str, quorum: int | None = None
+) -> AbstractQueue:
+    return await declare_shared(conn, channel, request_queue(model), request_queue_arguments(quorum))
 
 
 async def apply_length_policy(

@@ -124,8 +124,10 @@ class Worker:
         backend: InferenceBackend,
         worker_id: str | None = None,
         tracer: Tracer | None = None,
+        quorum_size: int | None = None,
     ) -> None:
         self.urls = [url] if isinstance(url, str) else list(url)  # a cluster's nodes: any will do
+        self.quorum = topology.quorum_size(len(self.urls), quorum_size)  # replicas of its queues
         self.tracer = tracer
         self.model = model
         self.backend = backend
@@ -196,11 +198,11 @@ class Worker:
         consumer tags every time; the requests of the last connection have all ended by now)."""
         session = self._session
         pub = session.essential(await conn.channel(publisher_confirms=True, on_return_raises=True))
-        control, self._status = await topology.declare_common(pub)
+        control, self._status = await topology.declare_common(conn, pub, self.quorum)
         consume_ch = session.essential(await conn.channel())
-        shared = await topology.declare_request_queue(consume_ch, self.model)
+        shared = await topology.declare_request_queue(conn, consume_ch, self.model, self.quorum)
         self._shared_name = shared.name
-        lane = await topology.declare_lane(consume_ch, self.model, self.worker_id, self.slots)
+        lane = await topology.declare_lane(consume_ch, self.model, self.worker_id, self.slots, self.quorum)
         side = session.essential(await conn.channel())
         control_q = await side.declare_queue(
             f"outpost.control.{self.worker_id}", exclusive=True, auto_delete=True
@@ -244,7 +246,7 @@ class Worker:
         if self._probe.is_closed and self._conn is not None:  # a failed declare closed it
             self._probe = await self._conn.channel()
         if source == LANE:
-            return await topology.lane_depth(self._probe, self.model, self.worker_id, self.slots)
+            return await topology.lane_depth(self._probe, self.model, self.worker_id, self.slots, self.quorum)
         return await topology.request_queue_depth(self._probe, self.model)
 
     async def _heartbeats(self) -> None:
@@ -488,6 +490,7 @@ async def serve_worker(
     backend: InferenceBackend,
     worker_id: str | None = None,
     tracer: Tracer | None = None,
+    quorum_size: int | None = None,
 ) -> int:
     """Run a worker until SIGTERM / SIGINT, then drain; returns the exit code."""
     import signal
@@ -496,7 +499,7 @@ async def serve_worker(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    worker = Worker(url, model, backend, worker_id, tracer)
+    worker = Worker(url, model, backend, worker_id, tracer, quorum_size)
     try:
         await worker.run(stop)
     finally:

@@ -18,4 +18,4 @@ def run_gateway(
     """Serve the API over the broker until stopped; returns the exit code."""
     for path in model_paths:
         existing_file(path)  # a missing file is a usage error, before anything connects
-    return serve_gateway(http, own, tracing, connect_urls(broker), model_paths)
+    return serve_gateway(http, own, tracing, connect_urls(broker), model_paths, broker.broker_quorum_size)

@@ -29,6 +29,8 @@ def run_worker(
     try:
         tracer = tracer_for(tracing.otlp_endpoint, "outpost-worker")
         model_id = engine.served_model_id(model_path)
-        return asyncio.run(serve_worker(url, model_id, backend, own.worker_id, tracer))
+        return asyncio.run(
+            serve_worker(url, model_id, backend, own.worker_id, tracer, broker.broker_quorum_size)
+        )
     finally:
         backend.close()  # the embedder, if one was loaded, then the engine

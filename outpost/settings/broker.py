@@ -38,6 +38,15 @@ class BrokerSettings(Block):
         "--broker-key-file",
         help="the client certificate's unencrypted PEM key (default: in --broker-cert-file)",
     )
+    broker_quorum_size: int | None = setting(
+        None,
+        "--broker-quorum-size",
+        help="replicas of each quorum queue (x-quorum-initial-group-size) on a RabbitMQ cluster; "
+        "default: the number of --broker addresses, at most 3 (one address: RabbitMQ's default); "
+        "0: RabbitMQ's default. Give every gateway and worker the same",
+        parse=int,
+        ge=0,
+    )
 
 
 class TracingSettings(Block):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -80,3 +81,50 @@ async def _members(broker: Broker, queue: str) -> list[str]:
         r = await client.get(f"{broker.mgmt_url}/api/queues/%2F/{queue}", auth=broker.mgmt_auth)
         r.raise_for_status()
         return list(r.json().get("members") or [])
+
+
+def test_request_queues_are_declared_with_three_replicas(cluster3: Broker) -> None:
+    """Given the three nodes' addresses, gateway and worker declare every quorum queue with
+    `x-quorum-initial-group-size` 3 (each has three members); `--broker-quorum-size 2` gives two,
+    so the members come from the argument, not from RabbitMQ's own default (every node)."""
+    broker = cluster3
+    engine = held_engine(slots=1)
+    model, narrow = _model(), _model()
+
+    async def main() -> None:
+        link = GatewayLink(broker.urls, [model])
+        await link.start(120)
+        stop = asyncio.Event()
+        worker = Worker(broker.urls, model, engine)
+        task = asyncio.ensure_future(worker.run(stop))
+        other = GatewayLink(broker.urls, [narrow], quorum_size=2)
+        await other.start(120)
+        try:
+            await until(lambda: len(link.live_workers(model)) == 1, "the worker live", 60)
+            for queue in (topology.request_queue(model), topology.lane_queue(model, worker.worker_id)):
+                info = await _queue(broker, queue)
+                assert info["arguments"]["x-quorum-initial-group-size"] == 3, info["arguments"]
+                assert len(info["members"]) == 3, info["members"]
+            narrow_info = await _queue(broker, topology.request_queue(narrow))
+            assert narrow_info["arguments"]["x-quorum-initial-group-size"] == 2
+            assert len(narrow_info["members"]) == 2, narrow_info["members"]
+        finally:
+            stop.set()
+            await asyncio.wait({task}, timeout=30)
+            await other.close()
+            await link.close()
+
+    asyncio.run(asyncio.wait_for(main(), LIMIT_S))
+
+
+async def _queue(broker: Broker, queue: str) -> dict[str, Any]:
+    """The management API's view of a queue (members appear once its replicas have started)."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        for _ in range(120):  # bounded: 60 s
+            r = await client.get(f"{broker.mgmt_url}/api/queues/%2F/{queue}", auth=broker.mgmt_auth)
+            r.raise_for_status()
+            info: dict[str, Any] = r.json()
+            if info.get("members"):
+                return info
+            await asyncio.sleep(0.5)
+    raise AssertionError(f"{queue} has no members listed")
