@@ -96,6 +96,8 @@ class Broker:
             )
         tls_dir = state_dir / "tls"
         self.tls_url = f"amqps://{self.user}@127.0.0.1:{self.tls_port}/"
+        # Every node's amqps:// URL, comma-separated (a cluster's; one node's: tls_url).
+        self.tls_urls = ",".join(f"amqps://{self.user}@127.0.0.1:{self.tls_port + k}/" for k in range(nodes))
         self.mgmt_tls_url = f"https://127.0.0.1:{mgmt_tls}" if tls and management else ""
         self.ca_file = tls_dir / "ca.pem"
         self.client_cert, self.client_key = tls_dir / "client.pem", tls_dir / "client.key"
@@ -134,7 +136,7 @@ class Broker:
         out = self._run("start", START_TIMEOUT)
         assert out.splitlines()[0] == self.broker_url, out
         if self.tls:
-            assert self.tls_url in out.splitlines() and f"CA file: {self.ca_file}" in out, out
+            assert self.tls_urls in out.splitlines() and f"CA file: {self.ca_file}" in out, out
         else:
             assert "amqps://" not in out, out
 
