@@ -278,7 +278,9 @@ async def connect(url: str, name: str, heartbeat: int = 2) -> AbstractConnection
 
     Raises BrokerTLSError when the TLS handshake fails for a certificate or a wrong port: callers
     retry unreachable brokers, and a retry would only hide that."""
-    conn = aio_pika.Connection(make_url(_named(url, name)), ssl_context=tls_context(url), heartbeat=heartbeat)
+    # The heartbeat goes in the URL's query: aiormq reads it only there (aio-pika drops a
+    # `heartbeat=` keyword, and the connection would run on aiormq's default of 60 s).
+    conn = aio_pika.Connection(make_url(_named(url, name, heartbeat)), ssl_context=tls_context(url))
     try:
         await conn.connect()
         return conn
@@ -295,11 +297,14 @@ async def connect(url: str, name: str, heartbeat: int = 2) -> AbstractConnection
         ) from exc
 
 
-def _named(url: str, name: str) -> str:
-    """`url` with the connection name the broker lists (aio-pika drops client_properties given a URL)."""
+def _named(url: str, name: str, heartbeat: int) -> str:
+    """`url` with the connection name the broker lists (aio-pika drops client_properties given a URL)
+    and the AMQP heartbeat in seconds."""
     parts = urllib.parse.urlsplit(url)
-    pairs = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) if k != "name"]
-    query = urllib.parse.urlencode([*pairs, ("name", name)], safe="/", quote_via=urllib.parse.quote)
+    own = ("name", "heartbeat")
+    pairs = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) if k not in own]
+    pairs += [("name", name), ("heartbeat", str(heartbeat))]
+    query = urllib.parse.urlencode(pairs, safe="/", quote_via=urllib.parse.quote)
     return urllib.parse.urlunsplit(parts._replace(query=query))
 
 
