@@ -33,6 +33,9 @@
 #   OUTPOST_BROKER_WAIT       seconds to wait for the boot (default 120)
 #   OUTPOST_BROKER_ERL_ARGS   extra flags for the node's Erlang VM, e.g. "+S 2:2" to cap its
 #                             scheduler threads on a machine it shares with engines
+#   OUTPOST_BROKER_LISTEN     more addresses the AMQP listener binds besides 127.0.0.1, space-
+#                             separated (e.g. the host side of a veth pair in a test's network
+#                             namespace; default none)
 #   OUTPOST_BROKER_TLS_PORT   amqps:// port (default unset: no TLS listener)
 #   OUTPOST_BROKER_TLS_CA, OUTPOST_BROKER_TLS_CERT, OUTPOST_BROKER_TLS_KEY
 #                             PEM CA bundle, server certificate and key (default: generated in
@@ -153,6 +156,11 @@ write_config() {
     : >"$RABBITMQ_CONF_ENV_FILE" # not /etc/rabbitmq/rabbitmq-env.conf
     {
         echo "listeners.tcp.1 = 127.0.0.1:$PORT"
+        local addr n=1
+        for addr in ${OUTPOST_BROKER_LISTEN:-}; do
+            n=$((n + 1))
+            echo "listeners.tcp.$n = $addr:$PORT"
+        done
         echo "loopback_users.guest = true"
         # Long generations hold their message unacked: well past any request timeout.
         echo "consumer_timeout = 86400000"

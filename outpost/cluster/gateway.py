@@ -33,7 +33,7 @@ from outpost.cluster import topology, wire
 from outpost.cluster.embed import EmbedCalls
 from outpost.cluster.heartbeat import Heartbeat, decode_heartbeat
 from outpost.cluster.routing import Route, Router, WorkerView
-from outpost.cluster.session import GATEWAY_GRACE_S, OUTAGE_BOUND_S, BrokerSession
+from outpost.cluster.session import GATEWAY_GRACE_S, OUTAGE_BOUND_S, BrokerSession, survive_connection_loss
 from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
 
 _log = logging.getLogger("outpost.cluster.gateway")
@@ -389,7 +389,10 @@ class GatewayLink:
 
     async def _poll_depths(self) -> None:
         while True:
-            with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
+            with (
+                survive_connection_loss(),
+                contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError),
+            ):
                 if self.connected and self._conn is not None:
                     if self._probe.is_closed:  # a failed declare closed it; the connection is fine
                         self._probe = await self._conn.channel()

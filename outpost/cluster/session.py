@@ -24,7 +24,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from aio_pika.abc import AbstractChannel, AbstractConnection
 from aiormq.exceptions import AMQPError
@@ -157,6 +157,20 @@ class BrokerSession:
         conn, self._conn = self._conn, None
         if conn is not None:
             await _close(conn)
+
+
+@contextlib.contextmanager
+def survive_connection_loss() -> Iterator[None]:
+    """For a background loop's broker call: a `CancelledError` that is not this task's own
+    cancellation is the connection's (aiormq cancels every call waiting on a connection it finds
+    stuck, as after a cut link), and must not end the loop with it (a worker whose heartbeat loop
+    ended so was never live again after the link came back)."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise
 
 
 def _settle(future: asyncio.Future[None], *_: object) -> None:

@@ -51,7 +51,7 @@ from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat, template_hash
 from outpost.cluster.intake import LANE, SHARED, Intake
 from outpost.cluster.outbox import Outboxes, step_batches
 from outpost.cluster.prefix import BLOCK, PrefixIndex
-from outpost.cluster.session import GATEWAY_GRACE_S, BrokerSession
+from outpost.cluster.session import GATEWAY_GRACE_S, BrokerSession, survive_connection_loss
 from outpost.messages import (
     ContextExceeded,
     FinishReason,
@@ -251,7 +251,10 @@ class Worker:
 
     async def _heartbeats(self) -> None:
         while True:
-            with contextlib.suppress(AMQPError, RuntimeError, asyncio.TimeoutError, PublishError):
+            with (
+                survive_connection_loss(),
+                contextlib.suppress(AMQPError, RuntimeError, asyncio.TimeoutError, PublishError, OSError),
+            ):
                 if self._session is not None and self._session.connected.is_set():
                     await self._publish_heartbeat()
             await asyncio.sleep(topology.HEARTBEAT_S)
