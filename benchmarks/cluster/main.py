@@ -35,6 +35,9 @@ and `--infra-cpus` for (a), `--worker-cpus` (worker i on the i-th, round robin) 
 (e) a burst of `--burst` requests sent at once at 2 workers of 4 slots behind a queue of 256.
 (f) the gateway alone on a core against fake workers (benchmarks/fake_worker.py, no model):
     requests/s and concurrent open streams at the knee (cluster/gateway.py).
+The fault matrix (cluster/faults.py; not in the default list, name them): restart-idle, restart,
+    kill9, node-kill, worker-cut, gateway-cut, worker-kill-loop, e.g.
+    python benchmarks/cluster.py --shape tiny --scenarios restart,kill9,node-kill --fault-seconds 60
 
 Writes --out (default bench-results/cluster-<timestamp>/): results.json (after every scenario),
 tables.md, a_ttft.png, c_prefix.png, d_chaos.png, f_gateway.png, logs/. Markdown tables go to
@@ -54,6 +57,8 @@ from typing import Any
 from cluster.basic import scenario_a, scenario_b, scenario_e
 from cluster.chaos import scenario_d
 from cluster.common import Ctx
+from cluster.faults import FAULT_SCENARIOS, add_flags
+from cluster.faults_report import fault_table, plot_faults
 from cluster.gateway import scenario_f
 from cluster.plots import write_plots
 from cluster.prefix import scenario_c
@@ -68,12 +73,13 @@ SCENARIOS = {
     "d": scenario_d,
     "e": scenario_e,
     "f": scenario_f,
+    **FAULT_SCENARIOS,
 }
 
 
 def _general(p: argparse.ArgumentParser) -> None:
     add = p.add_argument
-    add("--scenarios", default="a,b,c,d,e,f", help="comma-separated, of a,b,c,d,e,f")
+    add("--scenarios", default="a,b,c,d,e,f", help=f"comma-separated, of {','.join(SCENARIOS)}")
     add("--shape", default="smollm2-135m", help="synthetic model shape (tiny for a quick try)")
     add("--quant", default="q4_0")
     add("--threads", type=int, default=len(os.sched_getaffinity(0)), help="(a) -t when --engine-cpus is ''")
@@ -131,6 +137,7 @@ def _scenario_flags(p: argparse.ArgumentParser) -> None:
     add("--gw-stream-levels", default="50,100,200,400,800,1600", help="(f) concurrent streams per level")
     add("--gw-stream-tokens", type=int, default=20, help="(f) tokens per stream")
     add("--gw-stream-interval", type=float, default=0.5, help="(f) seconds between a stream's tokens")
+    add_flags(add)
 
 
 def parse_args() -> argparse.Namespace:
@@ -177,9 +184,12 @@ def main() -> None:
         results[name] = run_scenario(name, ctx)
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     tables = format_all(results)
+    if any(n in results for n in FAULT_SCENARIOS):
+        tables += "\n\n### The fault matrix\n\n" + fault_table(results)
     (out / "tables.md").write_text(tables + "\n")
     log("\n" + tables)
-    for path in write_plots(results, out):
-        log(f"wrote {path}")
+    for path in [*write_plots(results, out), plot_faults(results, out)]:
+        if path is not None:
+            log(f"wrote {path}")
     log(f"\nresults in {out}")
     print(json.dumps(summary(results), separators=(",", ":"), default=str))
