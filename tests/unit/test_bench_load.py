@@ -129,9 +129,12 @@ def test_duration_stops_new_requests_in_both_loops() -> None:
     with FakeServer(FakeConfig(ttft=0.1, itl=0.01)) as fake:
         closed = bench([fake.url], "2", None, output=4, duration=0.5)
         opened = bench([fake.url], None, None, output=4, rate="20", duration=0.5)
-    for result in (closed, opened):
+    # The closed loop checks the clock before each send and records that time; the open loop sends
+    # what was planned before 0.5 s, and records when it was sent: a late wake-up on a loaded core
+    # may put that a little past 0.5 (the planned count below is exact).
+    for result, slack in ((closed, 0.0), (opened, 0.1)):
         run = result.runs[0]
-        assert run.records and all(r.start_s < 0.5 for r in run.records)
+        assert run.records and all(r.start_s < 0.5 + slack for r in run.records), run.records
         assert not run.summary.capped and run.summary.errors == 0
     # two users, each request >= 0.14 s (the fake's sleeps): at most 4 each in 0.5 s on any machine
     assert 2 <= len(closed.runs[0].records) <= 8

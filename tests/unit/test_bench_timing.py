@@ -17,6 +17,8 @@ TOL = 0.25  # generous: a loaded 2-core machine delays every wake-up a little
 # parsing, a late wake-up): such a latency can come late, never early, so only the upper bound
 # gets it (measured: +25 ms on TTFT at 4 concurrent under load ~10 on 2 cores).
 LATE = 0.1
+# The same for one gap between tokens (p90 read 25.9 ms for 20 planted, with two suites on one core).
+ITL_LATE = 0.01
 
 
 def near(measured: float | None, planted: float, tol: float = TOL, late: float = 0.0) -> bool:
@@ -31,7 +33,8 @@ def test_planted_latencies_are_measured_at_one_and_four_concurrent() -> None:
         s = run.summary
         assert s.requests_ok == 6 and s.errors == 0, s.errors_by_code
         assert near(s.ttft_s.p50, TTFT, late=LATE) and near(s.ttft_s.mean, TTFT, late=LATE), s.ttft_s
-        assert near(s.itl_s.p50, ITL) and near(s.itl_s.p90, ITL), s.itl_s
+        # a gap between tokens can also come late (the fake's sleep, the client's read), never early
+        assert near(s.itl_s.p50, ITL, late=ITL_LATE) and near(s.itl_s.p90, ITL, late=ITL_LATE), s.itl_s
         assert near(s.tpot_s.p50, e2e / TOKENS), s.tpot_s
         assert near(s.e2e_s.p50, e2e, late=LATE), s.e2e_s
         assert near(TOKENS / s.request_output_tok_s.p50, e2e, late=LATE), s.request_output_tok_s
