@@ -84,6 +84,7 @@ class GatewayLink:
         self.depths: dict[str, int] = {}
         self.counters = {
             "resumes": 0,
+            "resubmitted": 0,  # requests in flight sent again after this gateway's link was lost
             "duplicates": 0,
             "dead_lettered": 0,
             "routed_prefix": 0,  # to the lane of the worker holding the prompt's prefix
@@ -95,6 +96,7 @@ class GatewayLink:
         self.embeds = EmbedCalls(PUBLISH_TIMEOUT_S, DEADLINE_GRACE_S)
         self.outage_bound_s = OUTAGE_BOUND_S  # past this long without the broker, requests end
         self._conn: AbstractConnection | None = None
+        self._setups = 0  # connections set up: past the first, requests in flight are resubmitted
         self._session: BrokerSession | None = None
         self._run: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -142,6 +144,34 @@ class GatewayLink:
         self._conn, self._pub, self._control, self._side = conn, pub, control, side
         # Depth polls on a channel of their own, reopened when a failed declare closes it.
         self._probe = await conn.channel()
+        self._setups += 1
+        if self._setups > 1 and self.pending:
+            self._background(self._resubmit_in_flight())
+
+    async def _resubmit_in_flight(self) -> None:
+        """After this gateway's own link was lost, its workers' replies met no reply queue (the
+        broker drops an exclusive queue with its connection) and they ended their copies: send
+        every request in flight again. The worker that takes one asks `resume?` and continues from
+        what the client has; a copy that did go on is told to stop once the resume is answered."""
+        resent = 0
+        for rid, pending in list(self.pending.items()):
+            if pending.finished or self.pending.get(rid) is not pending:
+                continue
+            request = pending.request
+            now = time.monotonic()
+            time_left = None if request.deadline is None else max(request.deadline - now, 0.001)
+            body = wire.encode_request(request, resubmitted=True)
+            try:
+                await self._publish(topology.request_queue(pending.model), body, request, time_left)
+                resent += 1
+            except (PublishError, DeliveryError, TimeoutError, AMQPError, OSError, RuntimeError) as exc:
+                # Lost again, or the queue is full: the request ends by its deadline or the outage bound.
+                _log.warning("gateway %s: could not resubmit %s: %r", self.gateway_id, rid, exc)
+        self.counters["resubmitted"] += resent
+        if resent:
+            _log.warning(
+                "gateway %s: resubmitted %d requests in flight after a lost link", self.gateway_id, resent
+            )
 
     async def _on_lost(self) -> None:
         self._conn = None
@@ -253,7 +283,9 @@ class GatewayLink:
             return
         await self._publish_cancel(request_id)
 
-    async def _publish_cancel(self, request_id: str, wait: bool = False) -> None:
+    async def _publish_cancel(
+        self, request_id: str, wait: bool = False, before_attempt: int | None = None
+    ) -> None:
         if wait and self._session is not None:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._session.connected.wait(), OUTAGE_BOUND_S)
@@ -261,7 +293,10 @@ class GatewayLink:
             return
         with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
             await self._control.publish(
-                aio_pika.Message(wire.encode_cancel(request_id)), routing_key="", mandatory=False, timeout=5
+                aio_pika.Message(wire.encode_cancel(request_id, before_attempt)),
+                routing_key="",
+                mandatory=False,
+                timeout=5,
             )
 
     def _deliver(self, pending: Pending, events: list[TokenEvent]) -> None:
@@ -317,6 +352,8 @@ class GatewayLink:
             pending.attempt += 1
             self.counters["resumes"] += 1
             state = wire.ResumeState(rid, pending.attempt, pending.next_seq, list(pending.sent))
+            # A copy of an older attempt may still run (a cut link it never noticed): stop it.
+            self._background(self._publish_cancel(rid, before_attempt=pending.attempt))
         if message.reply_to:
             with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
                 await self._pub.default_exchange.publish(

@@ -35,7 +35,8 @@ class ClusterCollector(Collector):
         up.add_metric([], 1.0 if self.link.connected else 0.0)
         yield up
         docs = {
-            "resumes": "Requests continued on another worker after a worker died",
+            "resumes": "Requests continued from what their client has (a worker died, or a lost link)",
+            "resubmitted": "Requests in flight sent again after the gateway's own broker link was lost",
             "duplicates": "Reply batches dropped as late or repeated",
             "dead_lettered": "Requests the broker gave up on (expired in the queue, or poison)",
             "routed_prefix": "Requests sent to the lane of the worker holding their prompt's prefix",

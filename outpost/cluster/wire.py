@@ -155,7 +155,9 @@ def _spec_in(d: Any) -> SpecRequest | None:
     return SpecRequest(None if kind is None else str(kind), count("n_max"), count("n_min"))
 
 
-def encode_request(req: GenerateRequest) -> bytes:
+def encode_request(req: GenerateRequest, resubmitted: bool = False) -> bytes:
+    """`resubmitted`: sent again by its gateway after its own link was lost; some worker may have
+    sent tokens of it, so the one that takes it asks `resume?` first, as for a redelivery."""
     return dumps(
         {
             "kind": "request",
@@ -170,6 +172,7 @@ def encode_request(req: GenerateRequest) -> bytes:
             # Absent when the request has none (v1 workers before speculative decoding ignore it).
             **({"speculative": _spec_out(req.speculative)} if req.speculative is not None else {}),
             "reply_bundles": True,  # this gateway reads `bundle` replies (older workers ignore this)
+            **({"resubmitted": True} if resubmitted else {}),
         }
     )
 
@@ -191,6 +194,12 @@ def decode_request(body: bytes | dict[str, Any]) -> GenerateRequest:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed request message: {exc!r}") from exc
+
+
+def was_resubmitted(body: bytes | dict[str, Any]) -> bool:
+    """Whether its gateway sent this request again after losing its link (see encode_request)."""
+    d = body if isinstance(body, dict) else loads(body, "request")
+    return d.get("resubmitted") is True
 
 
 def reads_bundles(body: bytes | dict[str, Any]) -> bool:
@@ -410,5 +419,25 @@ def decode_resume(body: bytes) -> ResumeState:
         raise WireError(f"malformed resume message: {exc!r}") from exc
 
 
-def encode_cancel(request_id: str) -> bytes:
-    return dumps({"kind": "cancel", "request_id": request_id})
+@dataclass(frozen=True)
+class Cancel:
+    """Stop a request on every worker; with `before_attempt`, only its copies of an older attempt
+    (a resume took it over: the copy still running elsewhere sends what nobody reads)."""
+
+    request_id: str
+    before_attempt: int | None = None
+
+
+def encode_cancel(request_id: str, before_attempt: int | None = None) -> bytes:
+    # Absent when it is a plain cancel: v1 workers before it read every cancel as plain.
+    extra = {} if before_attempt is None else {"before_attempt": before_attempt}
+    return dumps({"kind": "cancel", "request_id": request_id, **extra})
+
+
+def decode_cancel(body: bytes) -> Cancel:
+    d = loads(body, "cancel")
+    try:
+        before = d.get("before_attempt")
+        return Cancel(str(d["request_id"]), None if before is None else int(before))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"malformed cancel message: {exc!r}") from exc

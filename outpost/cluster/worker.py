@@ -28,7 +28,6 @@ flowing during long prefills).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import functools
@@ -47,6 +46,7 @@ from aiormq.exceptions import AMQPError, PublishError
 from outpost import tracing
 from outpost.backend import EventStream, InferenceBackend
 from outpost.cluster import embed, topology, wire
+from outpost.cluster.cancels import CancelMemory
 from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat, template_hash
 from outpost.cluster.intake import LANE, SHARED, Intake
 from outpost.cluster.outbox import Outboxes, step_batches
@@ -74,9 +74,6 @@ LOST_DRAIN_S = 30.0  # the requests of a lost connection end within an engine st
 
 class ResumeUnanswered(Exception):
     """A gateway took the resume query but sent no answer: the request goes back to the broker."""
-
-
-CANCEL_MEMORY = 4096  # recently cancelled ids, for a cancel that overtakes its request
 
 
 def default_worker_id() -> str:
@@ -135,7 +132,7 @@ class Worker:
         self._template = template_hash(backend.codec.chat_template_source)
         self.worker_id = worker_id or default_worker_id()
         self._running: dict[str, EventStream] = {}
-        self._cancelled: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self._cancels = CancelMemory()
         self._resumes: dict[str, asyncio.Future[wire.ResumeState]] = {}
         self._draining = False
         self._prefixes = PrefixIndex()
@@ -283,17 +280,15 @@ class Worker:
 
     async def _on_control(self, message: AbstractIncomingMessage) -> None:
         try:
-            obj = wire.loads(message.body, "cancel")
+            cancel = wire.decode_cancel(message.body)
         except wire.WireError as exc:
             _log.warning("ignoring a control message: %s", exc)
             return
-        rid = str(obj.get("request_id"))
-        if rid in self._running:
-            await self.backend.abort(rid)
-        else:
-            self._cancelled[rid] = time.monotonic()
-            while len(self._cancelled) > CANCEL_MEMORY:
-                self._cancelled.popitem(last=False)
+        if self._cancels.should_stop(cancel.request_id, cancel.before_attempt):
+            if cancel.before_attempt is not None:
+                rid = cancel.request_id
+                _log.warning("worker %s: %s was resumed elsewhere; ending this copy", self.worker_id, rid)
+            await self.backend.abort(cancel.request_id)
 
     async def _on_private(self, message: AbstractIncomingMessage) -> None:
         try:
@@ -340,11 +335,15 @@ class Worker:
             return
         reply_to = message.reply_to
         rid = request.request_id
-        if reply_to is None or self._cancelled.pop(rid, None) is not None:
+        if reply_to is None or self._cancels.take_cancelled(rid):
             await message.ack()
             return
         attempt, seq = 0, 0
-        if may_have_started(message):
+        resumes = may_have_started(message) or wire.was_resubmitted(fields)
+        if not resumes and self._cancels.superseded(rid):
+            await message.ack()  # a first copy whose request was resumed elsewhere meanwhile
+            return
+        if resumes:
             state = await self._ask_resume(rid, reply_to)
             if state is None or state.gone:
                 _log.warning(
@@ -445,6 +444,7 @@ class Worker:
                 await send(wire.ReplyBatch(rid, attempt, seq, [final]))
             return final
         self._running[rid] = stream
+        self._cancels.started(rid, attempt)
         try:
             gateway_gone = False
             batch: list[TokenEvent] = []
@@ -464,6 +464,7 @@ class Worker:
             # Also when cancelled (the connection broke): the slot is freed, the broker redelivers.
             await stream.aclose()
             self._running.pop(rid, None)
+            self._cancels.ended(rid)
 
     async def _send_or_gone(self, send: SendBatch, batch: wire.ReplyBatch) -> bool:
         """Send `batch`; False if its gateway is gone. Unroutable soon after this worker's own

@@ -274,3 +274,24 @@ def test_a_refusal_event_keeps_its_parameter() -> None:
     assert back == ev
     plain = TokenEvent("r5", finish_reason=FinishReason.ERROR, error="engine failed")
     assert "error_param" not in wire.encode_batch(wire.ReplyBatch("r5", 0, 0, [plain])).decode()
+
+
+def test_cancel_round_trip_and_a_plain_one_reads_as_before() -> None:
+    assert wire.decode_cancel(wire.encode_cancel("r4")) == wire.Cancel("r4", None)
+    assert wire.decode_cancel(wire.encode_cancel("r4", before_attempt=3)) == wire.Cancel("r4", 3)
+    assert "before_attempt" not in json.loads(wire.encode_cancel("r4"))  # v1 workers read it as plain
+    with pytest.raises(wire.WireError, match="malformed cancel"):
+        wire.decode_cancel(wire.dumps({"kind": "cancel", "request_id": "r", "before_attempt": "x"}))
+
+
+def test_a_resubmitted_request_says_so_and_decodes_the_same() -> None:
+    request = _request()
+    again = wire.encode_request(request, resubmitted=True)
+    assert wire.was_resubmitted(again) and not wire.was_resubmitted(wire.encode_request(request))
+    back = wire.decode_request(again)
+    assert (back.request_id, back.prompt_tokens, back.max_tokens, back.n_resumed) == (
+        request.request_id,
+        request.prompt_tokens,
+        request.max_tokens,
+        request.n_resumed,
+    )
