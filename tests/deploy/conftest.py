@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from podman_harness import FIGURES, ROOT, podman, podman_env
+from podman_harness import COMPOSE_DIR, FIGURES, RABBITMQ_IMAGE, ROOT, podman, podman_env
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -48,3 +48,14 @@ def image() -> Iterator[str]:
     size = int(podman("image", "inspect", "--format", "{{.Size}}", name).stdout)
     FIGURES["image"] = f"{name}, {size / 1e6:.0f} MB"
     yield name
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_image() -> str:
+    """The stand-in broker image of the compose tests (cached layers after the first build: seconds)."""
+    podman(
+        "build", "--network=host", "--pull=never", "--format", "docker",
+        "-f", str(COMPOSE_DIR / "rabbitmq.Containerfile"), "-t", RABBITMQ_IMAGE, str(COMPOSE_DIR),
+        timeout=900,
+    )  # fmt: skip
+    return RABBITMQ_IMAGE

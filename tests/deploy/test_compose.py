@@ -11,58 +11,38 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from podman_harness import FIGURES, ROOT, podman, podman_env
+from podman_harness import (
+    COMPOSE_DIR,
+    FIGURES,
+    ROOT,
+    ComposeProject,
+    free_ports,
+    live_workers,
+    podman,
+    podman_env,
+)
 
 pytestmark = pytest.mark.deploy
-HERE = Path(__file__).resolve().parent / "compose"
-COMPOSE = [str(ROOT / "deploy" / "compose.yaml"), str(HERE / "compose.test.yaml")]
-RABBITMQ_IMAGE = "localhost/outpost-test-rabbitmq:latest"
+COMPOSE = [ROOT / "deploy" / "compose.yaml", COMPOSE_DIR / "compose.test.yaml"]
 # Bounds, not expectations: the stack is up in well under a minute on an idle 2-core machine.
 UP_LIMIT_S = 600
 READY_LIMIT_S = 300
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-@pytest.fixture(scope="module")
-def rabbitmq_image() -> str:
-    """The stand-in broker image (cached layers after the first build: seconds)."""
-    podman(
-        "build", "--network=host", "--pull=never", "--format", "docker",
-        "-f", str(HERE / "rabbitmq.Containerfile"), "-t", RABBITMQ_IMAGE, str(HERE),
-        timeout=900,
-    )  # fmt: skip
-    return RABBITMQ_IMAGE
-
-
-class Stack:
+class Stack(ComposeProject):
     def __init__(self, image: str, rabbitmq_image: str, tmp: Path) -> None:
-        self.project = f"outpost-test-{os.getpid()}"
         self.api_key = secrets.token_hex(16)
         (tmp / "broker_password").write_text(secrets.token_hex(16))
         (tmp / "api_keys").write_text(self.api_key + "\n")
-        amqp, dist, mgmt, epmd, gateway = _free_ports(5)
+        amqp, dist, mgmt, epmd, gateway = free_ports(5)
         self.url = f"http://127.0.0.1:{gateway}"
-        self.env = {
+        env = {
             **podman_env(),
             "OUTPOST_IMAGE": image,
             "OUTPOST_MODEL": "/models/tiny.gguf",
@@ -76,34 +56,7 @@ class Stack:
             "OUTPOST_TEST_EPMD_PORT": str(epmd),
             "OUTPOST_TEST_GATEWAY_PORT": str(gateway),
         }
-
-    def compose(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "podman_compose", "-p", self.project]
-        for f in COMPOSE:
-            cmd += ["-f", f]
-        return subprocess.run(
-            [*cmd, *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=False
-        )
-
-    def containers(self) -> list[str]:
-        out = podman(
-            "ps", "-a", "--format", "{{.Names}} {{.Status}}",
-            "--filter", f"label=io.podman.compose.project={self.project}",
-        )  # fmt: skip
-        return out.stdout.splitlines()
-
-    def logs(self) -> str:
-        parts = []
-        for line in self.containers():
-            name = line.split()[0]
-            log = podman("logs", "--tail", "15", name, check=False)
-            parts.append(f"== {line}\n{(log.stdout + log.stderr)[-1500:]}")
-        return "\n".join(parts)
-
-
-def _live(health: dict[str, Any]) -> list[dict[str, Any]]:
-    workers = health.get("workers", [])
-    return [w for w in workers if not w.get("draining")] if isinstance(workers, list) else []
+        super().__init__(f"outpost-test-{os.getpid()}", COMPOSE, env)
 
 
 @pytest.fixture(scope="module")
@@ -119,28 +72,13 @@ def stack(image: str, rabbitmq_image: str, tmp_path_factory: pytest.TempPathFact
         assert up.returncode == 0, up.stderr[-4000:]
         # podman 4.3 keeps no `service_healthy` order (podman-compose says so): the workers and the
         # gateway retry the broker until it is up; the wait is on what a user sees, /health.
-        deadline = time.monotonic() + READY_LIMIT_S
-        health: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            try:
-                health = httpx.get(s.url + "/health", timeout=5).json()
-                if len(_live(health)) == 2:
-                    break
-            except (httpx.TransportError, ValueError):
-                pass
-            time.sleep(0.5)
-        else:
-            raise AssertionError(f"no 2 live workers within {READY_LIMIT_S} s: {health}\n{s.logs()}")
+        s.wait_live_workers(s.url, 2, READY_LIMIT_S)
         FIGURES["compose stack (up -d -> gateway /health with 2 live workers)"] = (
             f"{time.monotonic() - started:.1f} s"
         )
         yield s
     finally:
-        down = s.compose("down", "-v", timeout=300)
-        assert down.returncode == 0, down.stderr[-4000:]
-        assert s.containers() == []
-        label = f"label=io.podman.compose.project={s.project}"
-        assert podman("volume", "ls", "-q", "--filter", label).stdout.split() == []
+        s.down()
 
 
 def test_compose_stack_answers_a_chat_completion_through_the_gateway(stack: Stack) -> None:
@@ -169,7 +107,7 @@ def test_compose_stack_answers_a_chat_completion_through_the_gateway(stack: Stac
     deadline = time.monotonic() + 60
     while True:
         health = httpx.get(stack.url + "/health", timeout=10).json()
-        if sum(w["requests_done"] for w in _live(health)) >= 1:
+        if sum(w["requests_done"] for w in live_workers(health)) >= 1:
             break
         assert time.monotonic() < deadline, health
         time.sleep(0.5)
