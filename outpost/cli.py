@@ -6,6 +6,9 @@ traceback), 1 a runtime failure. Progress and logs go to stderr, results to stdo
 
 from __future__ import annotations
 
+import outpost.preload  # noqa: F401  (first: llama.cpp's libraries before numpy.linalg; see it)
+
+# isort: split
 import argparse
 import logging
 import os

@@ -16,13 +16,15 @@
 #   8. serve at 1, 32 and 64 streams, both servers with the same -ngl/-np/-c/-t (benchmarks/serve.py,
 #      one call per level so each level's figures land) -> serve.jsonl
 #   9. the docs table from those files (benchmarks/gpu_report.py) -> table.md
+# --setup-only: steps 1-6, then the environment for later commands in $BUILD/env.sh (diagnostics);
+# --skip-greedy: no step 7 (a second call on a warm machine, for the serve levels alone).
 # --cpu: the same steps with a CPU build and no nvidia-smi (to check the plumbing where there is no
 # GPU; e.g. --cpu --shape tiny --quant q8_0 --levels 1,2 --no-wheels with the project's venv).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 MODE=cuda SHAPE=smollm2-1.7b QUANT=f16 LEVELS=1,32,64 PARALLEL=64 NGL=99 WHEELS=1
-PROMPTS=16 TOKENS=64 REQUESTS="" THREADS=${THREADS:-8}
+PROMPTS=16 TOKENS=64 REQUESTS="" THREADS=${THREADS:-8} SETUP_ONLY=0 GREEDY=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu) MODE=cpu ;;
@@ -35,6 +37,8 @@ while [ $# -gt 0 ]; do
     --tokens) TOKENS=$2; shift ;;
     --requests) REQUESTS=$2; shift ;;
     --no-wheels) WHEELS=0 ;;
+    --setup-only) SETUP_ONLY=1 ;;
+    --skip-greedy) GREEDY=0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -160,12 +164,20 @@ if [ ! -f "$MODEL" ]; then
   mv "$MODEL.tmp" "$MODEL"
 fi
 env_json model "\"$(basename "$MODEL") $(stat -c %s "$MODEL") bytes\""
+if [ "$SETUP_ONLY" = 1 ]; then
+  { echo "export PYTHONPATH=$PYTHONPATH LLAMA_CPP_LIB_PATH=$LLAMA_CPP_LIB_PATH"
+    echo "export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} MODEL=$MODEL LLAMA_BIN=$B/bin"; } > "$BUILD/env.sh"
+  log "setup done: $BUILD/env.sh"
+  exit 0
+fi
 
 step "7. greedy ids, -ngl $NGL on both"
-"$PY" benchmarks/gpu_greedy.py --model "$MODEL" --llama-server "$B/bin/llama-server" --ngl "$NGL" \
-  --prompts "$PROMPTS" --tokens "$TOKENS" --threads "$THREADS" --out "$OUT/greedy.json" \
-  > "$WORK/greedy.out" 2> "$WORK/greedy.log" || fail "$WORK/greedy.log"
-log "greedy: $(tail -1 "$WORK/greedy.out")"
+if [ "$GREEDY" = 1 ]; then
+  "$PY" benchmarks/gpu_greedy.py --model "$MODEL" --llama-server "$B/bin/llama-server" --ngl "$NGL" \
+    --prompts "$PROMPTS" --tokens "$TOKENS" --threads "$THREADS" --out "$OUT/greedy.json" \
+    > "$WORK/greedy.out" 2> "$WORK/greedy.log" || fail "$WORK/greedy.log"
+  log "greedy: $(tail -1 "$WORK/greedy.out")"
+fi
 
 step "7b. ready lines: -ngl auto sized from the card; -sm row (one GPU: accepted, nothing to split)"
 ready_line() {  # outpost serve ARGS... until its ready line (or 300 s), then stopped; the line -> ready.txt
