@@ -21,7 +21,7 @@ import logging
 import time
 import uuid
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aio_pika
@@ -32,6 +32,7 @@ from outpost import tracing
 from outpost.cluster import topology, wire
 from outpost.cluster.embed import EmbedCalls
 from outpost.cluster.heartbeat import Heartbeat, decode_heartbeat
+from outpost.cluster.inflight import Pending, nack_is_full, resubmit_silent
 from outpost.cluster.routing import Route, Router, WorkerView
 from outpost.cluster.session import GATEWAY_GRACE_S, OUTAGE_BOUND_S, BrokerSession, survive_connection_loss
 from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
@@ -41,17 +42,6 @@ _log = logging.getLogger("outpost.cluster.gateway")
 PUBLISH_TIMEOUT_S = 5.0
 DEADLINE_GRACE_S = 5.0  # past its deadline plus this, a request with no final reply times out here
 BROKER_VERDICT = -1  # the attempt number of a dead-letter queue's final reply
-
-
-@dataclass
-class Pending:
-    request: GenerateRequest
-    model: str
-    events: asyncio.Queue[TokenEvent] = field(default_factory=asyncio.Queue)
-    attempt: int = 0
-    next_seq: int = 0
-    sent: list[int] = field(default_factory=list)
-    finished: bool = False
 
 
 @dataclass
@@ -95,6 +85,7 @@ class GatewayLink:
         self.routers = {m: Router(topology.request_queue(m), prefix_routing) for m in self.models}
         self.embeds = EmbedCalls(PUBLISH_TIMEOUT_S, DEADLINE_GRACE_S)
         self.outage_bound_s = OUTAGE_BOUND_S  # past this long without the broker, requests end
+        self.max_queue: int | None = None  # the length policy in force (None: none could be set)
         self._conn: AbstractConnection | None = None
         self._setups = 0  # connections set up: past the first, requests in flight are resubmitted
         self._session: BrokerSession | None = None
@@ -146,32 +137,22 @@ class GatewayLink:
         self._probe = await conn.channel()
         self._setups += 1
         if self._setups > 1 and self.pending:
-            self._background(self._resubmit_in_flight())
+            self._background(self._resubmit_in_flight(time.monotonic()))
 
-    async def _resubmit_in_flight(self) -> None:
-        """After this gateway's own link was lost, its workers' replies met no reply queue (the
-        broker drops an exclusive queue with its connection) and they ended their copies: send
-        every request in flight again. The worker that takes one asks `resume?` and continues from
-        what the client has; a copy that did go on is told to stop once the resume is answered."""
-        resent = 0
-        for rid, pending in list(self.pending.items()):
-            if pending.finished or self.pending.get(rid) is not pending:
-                continue
-            request = pending.request
-            now = time.monotonic()
-            time_left = None if request.deadline is None else max(request.deadline - now, 0.001)
-            body = wire.encode_request(request, resubmitted=True)
-            try:
-                await self._publish(topology.request_queue(pending.model), body, request, time_left)
-                resent += 1
-            except (PublishError, DeliveryError, TimeoutError, AMQPError, OSError, RuntimeError) as exc:
-                # Lost again, or the queue is full: the request ends by its deadline or the outage bound.
-                _log.warning("gateway %s: could not resubmit %s: %r", self.gateway_id, rid, exc)
+    async def _resubmit_in_flight(self, since: float) -> None:
+        """After this gateway's own link was lost: the requests no worker speaks of again (their
+        replies were unroutable, so their workers ended them) go out again (inflight.py)."""
+        resent = await resubmit_silent(self.pending, since, self._resubmit)
         self.counters["resubmitted"] += resent
         if resent:
-            _log.warning(
-                "gateway %s: resubmitted %d requests in flight after a lost link", self.gateway_id, resent
-            )
+            _log.warning("gateway %s: resubmitted %d requests after a lost link", self.gateway_id, resent)
+
+    async def _resubmit(self, pending: Pending) -> None:
+        """The worker that takes it asks `resume?` and continues from what the client has."""
+        request = pending.request
+        time_left = None if request.deadline is None else max(request.deadline - time.monotonic(), 0.001)
+        body = wire.encode_request(request, resubmitted=True)
+        await self._publish(topology.request_queue(pending.model), body, request, time_left)
 
     async def _on_lost(self) -> None:
         self._conn = None
@@ -213,9 +194,14 @@ class GatewayLink:
         except PublishError as exc:  # returned: the queue does not exist (deleted under us)
             self.pending.pop(rid, None)
             raise BackendUnavailable(f"no queue for model {model}") from exc
-        except DeliveryError as exc:  # nacked: reject-publish at the queue's length limit
+        except DeliveryError as exc:  # nacked: at the length limit, or the queue has no leader now
             self.pending.pop(rid, None)
-            raise QueueFull(f"the queue for {model} is full; retry later") from exc
+            if nack_is_full(await self._fresh_depth(model), self.max_queue):
+                raise QueueFull(f"the queue for {model} is full; retry later") from exc
+            raise BackendUnavailable(
+                f"the message broker could not take the request for {model} now; retry later",
+                retry_after=2.0,
+            ) from exc
         except (TimeoutError, AMQPError, OSError, RuntimeError) as exc:
             self.pending.pop(rid, None)
             # No confirm (a timeout, or the connection went): the broker may still have taken it.
@@ -226,6 +212,15 @@ class GatewayLink:
                 "the message broker is unreachable; retry later", retry_after=2.0
             ) from exc
         return pending
+
+    async def _fresh_depth(self, model: str) -> int | None:
+        """The request queue's depth now; None when it cannot be read (no leader, no connection)."""
+        try:
+            if self._probe.is_closed and self._conn is not None:
+                self._probe = await self._conn.channel()
+            return await asyncio.wait_for(topology.request_queue_depth(self._probe, model), 2.0)
+        except (TimeoutError, AMQPError, OSError, RuntimeError):
+            return None
 
     def _background(self, job: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(job)
@@ -339,6 +334,7 @@ class GatewayLink:
             self._deliver(pending, [e for e in batch.events if e.finished][:1])
         elif batch.attempt == pending.attempt and batch.seq == pending.next_seq:
             pending.next_seq += 1
+            pending.heard = time.monotonic()
             self._deliver(pending, batch.events)
         else:
             self.counters["duplicates"] += 1  # a late batch of an attempt that was taken over
@@ -350,6 +346,7 @@ class GatewayLink:
             state = wire.ResumeState(rid, 0, 0, gone=True)
         else:
             pending.attempt += 1
+            pending.heard = time.monotonic()
             self.counters["resumes"] += 1
             state = wire.ResumeState(rid, pending.attempt, pending.next_seq, list(pending.sent))
             # A copy of an older attempt may still run (a cut link it never noticed): stop it.

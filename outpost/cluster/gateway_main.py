@@ -74,6 +74,7 @@ async def _serve(
         for url in link.urls:  # any node's management API sets a cluster-wide policy
             policy = topology.apply_length_policy(url, own.broker_management_url, ids, own.max_queue)
             if asyncio.run_coroutine_threadsafe(policy, loop).result():
+                link.max_queue = own.max_queue  # a nack below it is the broker's, not a full queue
                 break
         return backends
 

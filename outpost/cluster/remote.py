@@ -15,7 +15,8 @@ from typing import Any
 from outpost.backend import BackendStats, PromptCodec
 from outpost.cluster import wire
 from outpost.cluster.embed import vectors_of
-from outpost.cluster.gateway import GatewayLink, Pending
+from outpost.cluster.gateway import GatewayLink
+from outpost.cluster.inflight import Pending
 from outpost.messages import (
     EmbedInput,
     GenerateRequest,
