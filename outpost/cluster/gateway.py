@@ -62,6 +62,7 @@ class GatewayLink:
         gateway_id: str | None = None,
         prefix_routing: bool = True,
         quorum_size: int | None = None,
+        max_queue: int | None = None,
     ) -> None:
         self.urls = [url] if isinstance(url, str) else list(url)  # a cluster's nodes: any will do
         self.url = self.urls[0]
@@ -85,7 +86,9 @@ class GatewayLink:
         self.routers = {m: Router(topology.request_queue(m), prefix_routing) for m in self.models}
         self.embeds = EmbedCalls(PUBLISH_TIMEOUT_S, DEADLINE_GRACE_S)
         self.outage_bound_s = OUTAGE_BOUND_S  # past this long without the broker, requests end
-        self.max_queue: int | None = None  # the length policy in force (None: none could be set)
+        # The request queues' length limit (--max-queue, set by a policy): a nack at it is a full
+        # queue (429), below it the broker could not take the message now (503). None: never full.
+        self.max_queue = max_queue
         self._conn: AbstractConnection | None = None
         self._setups = 0  # connections set up: past the first, requests in flight are resubmitted
         self._session: BrokerSession | None = None

@@ -55,7 +55,9 @@ async def _serve(
     ids = [model_id(p) for p in model_paths]
     if len(set(ids)) != len(ids):
         raise ValueError(f"two -m models have the same id: {ids}")
-    link = GatewayLink(url, ids, prefix_routing=own.prefix_routing == "on", quorum_size=quorum_size)
+    link = GatewayLink(
+        url, ids, prefix_routing=own.prefix_routing == "on", quorum_size=quorum_size, max_queue=own.max_queue
+    )
     link.outage_bound_s = own.broker_outage
     opened: list[Any] = []
     template = own.template_text()
@@ -74,7 +76,6 @@ async def _serve(
         for url in link.urls:  # any node's management API sets a cluster-wide policy
             policy = topology.apply_length_policy(url, own.broker_management_url, ids, own.max_queue)
             if asyncio.run_coroutine_threadsafe(policy, loop).result():
-                link.max_queue = own.max_queue  # a nack below it is the broker's, not a full queue
                 break
         return backends
 

@@ -58,9 +58,9 @@ def run(coro: Awaitable[Any]) -> Any:
 
 @contextlib.asynccontextmanager
 async def cluster(
-    broker: Any, model: str, engines: list[Any], request_timeout: float = 60.0
+    broker: Any, model: str, engines: list[Any], request_timeout: float = 60.0, max_queue: int | None = None
 ) -> AsyncIterator[tuple[RemoteBackend, list[tuple[Worker, asyncio.Event, asyncio.Task[None]]]]]:
-    link = GatewayLink(broker.url, [model])
+    link = GatewayLink(broker.url, [model], max_queue=max_queue)
     await link.start()
     workers = []
     for engine in engines:
@@ -190,7 +190,7 @@ def test_queue_full_is_rejected(rabbitmq: Any) -> None:
     async def main() -> None:
         applied = await topology.apply_length_policy(broker.url, broker.mgmt_url, [model], 2)
         assert applied
-        async with cluster(broker, model, []) as (backend, _):
+        async with cluster(broker, model, [], max_queue=2) as (backend, _):
             await backend.submit(request())
             await backend.submit(request())
             with pytest.raises(QueueFull):
@@ -337,7 +337,7 @@ def test_embedding_to_a_full_queue_is_rejected(rabbitmq: Any) -> None:
 
     async def main() -> None:
         assert await topology.apply_length_policy(rabbitmq.url, rabbitmq.mgmt_url, [model], 2)
-        async with cluster(rabbitmq, model, []) as (backend, _):
+        async with cluster(rabbitmq, model, [], max_queue=2) as (backend, _):
             with pytest.raises(QueueFull):
                 for _ in range(5):  # chat requests fill it (a quorum queue takes one past its limit)
                     await backend.submit(request())
