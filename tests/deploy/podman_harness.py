@@ -4,7 +4,6 @@ the figures the tier reports."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from broker_fixture import free_ports  # noqa: F401  (re-exported for the compose tests)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERS_CONF = ROOT / "deploy" / "podman" / "containers.conf"
@@ -30,17 +30,6 @@ def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.C
     return subprocess.run(
         ["podman", *args], env=podman_env(), capture_output=True, text=True, timeout=timeout, check=check
     )
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def live_workers(health: dict[str, Any]) -> list[dict[str, Any]]:
