@@ -40,7 +40,7 @@ def with_probed_kernels(config: EngineConfig) -> tuple[EngineConfig, KernelChoic
     auto = [f for f in ("flash_attn", "repack", "kv_unified") if getattr(config, f) == "auto"]
     if config.n_gpu_layers != 0 or not auto:
         return config, None
-    choice = kernel_choice(config.model_path)
+    choice = kernel_choice()
     if choice is None:
         return config, None
     update: dict[str, str] = {}

@@ -6,14 +6,20 @@ depth on an AMD EPYC (llama-batched-bench -npp 128 -ntg 64 -npl 8 -t 2: 383 vs 3
 repacked weights are the fast layout on x86 and ARM alike except where a kernel is missing; a KV
 stream per slot beats one pool where attention dominates a step, not where the weights do. So the
 `auto` settings (`--flash-attn`, `--repack`, `--kv-unified`) are decided by a short measurement,
-once per machine, like the AMX probe (cpu_probe.py): a child process loads the model in each
-variant (the default and one setting changed at a time), decodes PROBE_SEQS sequences at depth
-PROBE_DEPTH a few steps, and one sequence alone; the parent decides (`decide`, pure, tested with
-made-up times for every CPU family) and caches the choice under $OUTPOST_HOME/probe, keyed by CPU
-model, kernel and llama-cpp-python version. It runs only with OUTPOST_KERNEL_PROBE=on: two probes
-on one shared AMD EPYC VM disagreed on flash attention (+20% / -19%), so until a benchmark shows it
-choosing right, the default keeps the fixed choices (flash attention off, repacked weights, a
-stream per slot) without measuring.
+once per machine, like the AMX probe (cpu_probe.py): a child process loads a fixed probe model
+(SmolLM2-135M-shaped, q4_0, synthetic: the same question on every machine, and four copies of it
+fit anywhere, which four copies of a served 20B model would not) in each variant (the default and
+one setting changed at a time), decodes PROBE_SEQS sequences at depth PROBE_DEPTH a few steps, and
+one sequence alone, round after round; the parent decides (`decide`, pure, tested with made-up
+rates for every CPU family) and caches the choice under $OUTPOST_HOME/probe, keyed by CPU model,
+kernel and llama-cpp-python version.
+
+Two probes on one shared, loaded AMD EPYC VM once disagreed on flash attention (+20% / -19%), so a
+setting is only changed when it wins every round against the default (paired: the rounds run in
+turn) as well as by MARGIN in the median, and a machine busier than its cores (load average) is not
+probed at all: it keeps the fixed defaults (flash attention off, repacked weights, a stream per
+slot) until a later start finds it quiet. OUTPOST_KERNEL_PROBE=off turns the probe off (the tests
+do: their results must not follow the machine's speed).
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ import logging
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Literal
 
 from outpost.engine.cpu_probe import _cpuinfo, _machine_key, _probe_dir, amx_tiles_work, cpu_has_amx
@@ -44,6 +52,8 @@ PROBE_SEQS = 8  # the slots a server runs by default on 2 cores; batching is wha
 PROBE_DEPTH = 96  # a chat turn's depth; deep enough that attention shows, short to prefill
 PROBE_STEPS = 8
 PROBE_ROUNDS = 3
+PROBE_SHAPE = "smollm2-135m"  # outpost.models' synthetic shape the probe model has
+PROBE_VERSION = 2  # in the cache key: a choice made by an older probe is measured again
 # A changed setting must beat the default by this much (both scores are medians of rounds run in
 # turn): closer than that is this machine's noise, and the default stays.
 MARGIN = 0.04
@@ -74,19 +84,36 @@ TOGGLES: dict[str, Variant] = {
 }
 
 
+def _geomean(many: float, one: float) -> float:
+    """A setting that speeds batches must not cost the lone request much."""
+    if not (many > 0 and one > 0 and math.isfinite(many * one)):
+        return 0.0
+    return math.sqrt(many * one)
+
+
 @dataclass(frozen=True)
 class Rates:
-    """Aggregate decode tok/s of PROBE_SEQS sequences together and of one alone."""
+    """Aggregate decode tok/s of PROBE_SEQS sequences together and of one alone (medians of the
+    rounds), and each round's score, in round order (empty: not known)."""
 
     many: float
     one: float
+    rounds: tuple[float, ...] = ()
+
+    @classmethod
+    def from_rounds(cls, many: list[float], one: list[float]) -> Rates:
+        scores = tuple(_geomean(m, o) for m, o in zip(many, one, strict=True))
+        return cls(statistics.median(many), statistics.median(one), scores)
 
     @property
     def score(self) -> float:
-        """Geometric mean: a setting that speeds batches must not cost the lone request much."""
-        if not (self.many > 0 and self.one > 0 and math.isfinite(self.many * self.one)):
-            return 0.0
-        return math.sqrt(self.many * self.one)
+        return _geomean(self.many, self.one)
+
+    def wins_every_round(self, base: Rates) -> bool:
+        """True where the rounds are unknown (nothing to pair) or this beat `base` in each."""
+        if not self.rounds or len(self.rounds) != len(base.rounds):
+            return True
+        return all(mine > theirs for mine, theirs in zip(self.rounds, base.rounds, strict=True))
 
 
 @dataclass(frozen=True)
@@ -123,7 +150,8 @@ def cpu_family(cpuinfo: str, machine: str, amx_works: bool | None) -> CpuFamily:
 def decide(family: CpuFamily, measured: dict[str, Rates]) -> KernelChoice:
     """The choice from rates keyed "default" and by TOGGLES' names (missing: not measured, kept).
 
-    Each setting is judged on its own against the default and kept where it scores MARGIN better.
+    Each setting is judged on its own against the default and taken where its median scores MARGIN
+    better and it won every round (a load that moved during the probe loses a round).
     Family rules on top: where AMX tiles fault the "repacked" layout is CPU_REPACK alone (never
     llama.cpp's own list, which would pick AMX and crash), so it is measured like any other; on ARM
     the plain q4_0 layout has no repacked GEMM, and is only taken on a clear win (2 x MARGIN)."""
@@ -138,9 +166,12 @@ def decide(family: CpuFamily, measured: dict[str, Rates]) -> KernelChoice:
             continue
         margin = 2 * MARGIN if family == "arm" and key == "layout" else MARGIN
         gain = rates.score / base.score - 1.0
-        if gain > margin:
+        steady = rates.wins_every_round(base)
+        if gain > margin and steady:
             chosen[key] = getattr(variant, key)
-        notes.append(f"{_TOGGLE_NAMES[key]} {gain:+.0%}")
+        notes.append(
+            f"{_TOGGLE_NAMES[key]} {gain:+.0%}" + ("" if steady or gain <= 0 else " (not every round)")
+        )
     layout: Layout = "plain" if chosen["layout"] == "plain" else "repacked"
     why = f"measured {base.many:.0f} tok/s x{PROBE_SEQS}, {base.one:.0f} x1 by default; " + ", ".join(notes)
     return KernelChoice(bool(chosen["flash_attn"]), layout, bool(chosen["kv_unified"]), family, why)
@@ -155,41 +186,72 @@ def this_cpu_family() -> CpuFamily:
 
 
 def probe_enabled() -> bool:
-    """Opt-in (OUTPOST_KERNEL_PROBE=on): two probes on one shared AMD EPYC VM disagreed on flash
-    attention (+20% / -19%), so its choice is not yet better than the fixed defaults; see issue 25."""
-    return os.environ.get(PROBE_ENV, "").strip().lower() in ("on", "1", "yes", "true")
+    """On unless OUTPOST_KERNEL_PROBE is off (0, no, false)."""
+    return os.environ.get(PROBE_ENV, "").strip().lower() not in ("off", "0", "no", "false")
+
+
+def machine_busy(load_1min: float, cpus: int) -> bool:
+    """More runnable work than cores: a probe would measure the load, not the kernels."""
+    return load_1min >= max(1, cpus)
 
 
 @functools.cache
-def kernel_choice(model_path: str) -> KernelChoice | None:
-    """This machine's choice (None unless OUTPOST_KERNEL_PROBE=on): from the cache, or measured on
-    `model_path` now (a few seconds for a 135M model) and cached. Once per process too."""
+def kernel_choice() -> KernelChoice | None:
+    """This machine's choice: from the cache, or measured now (~20 s on 2 cores, once per machine)
+    and cached. None with the probe off, or on a busy machine (then the next start tries again)."""
     if not probe_enabled():
         return None
     cache = _probe_dir() / "kernels.json"
-    key = _machine_key()
+    key = f"{_machine_key()}|kernel probe v{PROBE_VERSION}"
     try:
         saved = json.loads(cache.read_text())
         if saved.get("key") == key:
             return KernelChoice(**saved["choice"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
+    load, cpus = os.getloadavg()[0], len(os.sched_getaffinity(0))
+    if machine_busy(load, cpus):
+        _log.warning("kernel probe skipped: load %.1f on %d CPUs; the default kernels this run", load, cpus)
+        return None
     family = this_cpu_family()
     started = time.perf_counter()
-    measured = _run_probe(model_path, family)
+    model = _probe_model()
+    measured = _run_probe(str(model)) if model is not None else {}
+    if not measured:
+        return None  # a failed probe is not an answer: keep the defaults, not cached
     choice = decide(family, measured)
-    _log.info("kernel probe (%.1f s on %s): %s", time.perf_counter() - started, model_path, choice.describe())
+    _log.info("kernel probe (%.1f s): %s", time.perf_counter() - started, choice.describe())
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_suffix(f".{os.getpid()}.tmp")
     rates = {k: asdict(v) for k, v in measured.items()}
-    tmp.write_text(json.dumps({"key": key, "choice": asdict(choice), "rates": rates, "model": model_path}))
+    tmp.write_text(json.dumps({"key": key, "choice": asdict(choice), "rates": rates, "model": str(model)}))
     os.replace(tmp, cache)
     return choice
 
 
-def _run_probe(model_path: str, family: CpuFamily) -> dict[str, Rates]:
+def _probe_model() -> Path | None:
+    """The probe's model, written once by `outpost models synth` in a child process (outpost.models
+    builds on the engine's quantizer, so the engine does not import it)."""
+    model = _probe_dir() / f"{PROBE_SHAPE}-q4_0.gguf"
+    if model.is_file():
+        return model
+    model.parent.mkdir(parents=True, exist_ok=True)
+    tmp = model.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [sys.executable, "-m", "outpost.cli", "models", "synth", "--shape", PROBE_SHAPE, "--quant", "q4_0"]
+    try:
+        subprocess.run(
+            [*cmd, "--seed", "0", "-o", str(tmp)], capture_output=True, check=True, timeout=PROBE_TIMEOUT_S
+        )
+    except (subprocess.SubprocessError, OSError) as err:
+        _log.warning("kernel probe: could not write its model (%s); keeping the default kernels", err)
+        tmp.unlink(missing_ok=True)
+        return None
+    os.replace(tmp, model)
+    return model
+
+
+def _run_probe(model_path: str) -> dict[str, Rates]:
     """The child's rates; {} when it fails or times out (then `decide` keeps the defaults)."""
-    del family  # the child's layouts follow cpu_probe.choose_layout, which knows the family too
     shape = [str(n) for n in (PROBE_SEQS, PROBE_DEPTH, PROBE_STEPS, PROBE_ROUNDS)]
     cmd = [sys.executable, "-m", "outpost.engine.kernel_probe_child", model_path, *shape]
     try:
@@ -201,4 +263,4 @@ def _run_probe(model_path: str, family: CpuFamily) -> dict[str, Rates]:
     if proc.returncode != 0 or not lines:
         _log.warning("kernel probe failed (exit %s); keeping the default kernels", proc.returncode)
         return {}
-    return {name: Rates(**rates) for name, rates in json.loads(lines[-1]).items()}
+    return {name: Rates.from_rounds(r["many"], r["one"]) for name, r in json.loads(lines[-1]).items()}

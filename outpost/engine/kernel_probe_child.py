@@ -2,7 +2,7 @@
 
 Run as `python -m outpost.engine.kernel_probe_child MODEL SEQS DEPTH STEPS ROUNDS` (kernel_probe.py
 passes its PROBE_* constants). All variants are loaded at once and measured in turn, round after
-round, so a slow moment of a shared machine hits them alike; each variant's median counts. A round
+round, so a slow moment of a shared machine hits them alike; every round's rates are reported. A round
 decodes SEQS sequences at DEPTH for STEPS steps, then one sequence alone as many steps; the KV cache
 is trimmed back to DEPTH after each.
 """
@@ -10,7 +10,6 @@ is trimmed back to DEPTH after each.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from typing import NamedTuple
@@ -63,8 +62,9 @@ def _steps(model: LoadedModel, batch: TokenBatch, shape: ProbeShape, seqs: int) 
     return seqs * shape.steps / elapsed
 
 
-def measure(model_path: str, shape: ProbeShape) -> dict[str, dict[str, float]]:
-    """{variant name: {"many": tok/s of shape.seqs sequences, "one": tok/s of one}}."""
+def measure(model_path: str, shape: ProbeShape) -> dict[str, dict[str, list[float]]]:
+    """{variant name: {"many": tok/s of shape.seqs sequences, "one": tok/s of one}, a rate per
+    round, in round order (the parent pairs each variant's rounds with the default's)."""
     variants = {"default": DEFAULT, **TOGGLES}
     loaded = {name: LoadedModel(_config(model_path, v, shape)) for name, v in variants.items()}
     batches = {name: TokenBatch(model.n_batch) for name, model in loaded.items()}
@@ -82,7 +82,7 @@ def measure(model_path: str, shape: ProbeShape) -> dict[str, dict[str, float]]:
     finally:
         for model in loaded.values():
             model.close()
-    return {n: {"many": statistics.median(many[n]), "one": statistics.median(one[n])} for n in names}
+    return {n: {"many": many[n], "one": one[n]} for n in names}
 
 
 if __name__ == "__main__":

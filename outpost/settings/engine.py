@@ -106,15 +106,15 @@ class EngineSettings(Block):
         "auto",
         "-fa",
         "--flash-attn",
-        help="flash attention (default auto: off on the CPU, or what a short decode probe measured "
-        "faster on this machine with OUTPOST_KERNEL_PROBE=on (engine/kernel_probe.py); llama.cpp's "
-        "auto with -ngl)",
+        help="flash attention (default auto: on the CPU what a short decode probe measured faster on "
+        "this machine, once, cached; off where it has not (OUTPOST_KERNEL_PROBE=off, a busy machine) "
+        "(engine/kernel_probe.py); llama.cpp's auto with -ngl)",
         choices=_SWITCH3,
     )
     repack: Switch3 = setting(
         "auto",
         "--repack",
-        help="llama.cpp's repacked CPU weight layouts (default auto: repacked unless the opt-in kernel "
+        help="llama.cpp's repacked CPU weight layouts (default auto: repacked unless the kernel "
         "probe measured plain weights faster; AMX probed where its tiles fault)",
         choices=_SWITCH3,
     )

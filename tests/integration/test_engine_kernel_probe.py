@@ -21,16 +21,27 @@ def test_probe_measures_caches_and_the_engine_obeys(
     monkeypatch.setenv("OUTPOST_HOME", str(tmp_path))
     monkeypatch.setenv("OUTPOST_KERNEL_PROBE", "on")
     # A small probe, and no deadline but pytest's own: a busy machine only makes it slower.
-    for name, value in (("PROBE_SEQS", 4), ("PROBE_DEPTH", 32), ("PROBE_STEPS", 2), ("PROBE_ROUNDS", 1)):
+    small = (
+        ("PROBE_SEQS", 4),
+        ("PROBE_DEPTH", 32),
+        ("PROBE_STEPS", 2),
+        ("PROBE_ROUNDS", 2),
+        ("PROBE_SHAPE", "tiny"),
+    )
+    for name, value in small:
         monkeypatch.setattr(kernel_probe, name, value)
+    monkeypatch.setattr(
+        kernel_probe, "machine_busy", lambda load, cpus: False
+    )  # unit-tested; a suite loads it
     monkeypatch.setattr(kernel_probe, "PROBE_TIMEOUT_S", 3600.0)
     kernel_probe.kernel_choice.cache_clear()
     try:
-        choice = kernel_probe.kernel_choice(str(tiny_model))
+        choice = kernel_probe.kernel_choice()
         assert choice is not None and "not measured" not in choice.why
         saved = json.loads((tmp_path / "probe" / "kernels.json").read_text())
         assert set(saved["rates"]) == {"default", *kernel_probe.TOGGLES}
-        assert all(r["many"] > 0 and r["one"] > 0 for r in saved["rates"].values())
+        assert all(r["many"] > 0 and r["one"] > 0 and len(r["rounds"]) == 2 for r in saved["rates"].values())
+        assert Path(saved["model"]).name == "tiny-q4_0.gguf"  # the probe's own model, written once
         with Engine(EngineConfig(model_path=str(tiny_model), n_ctx=1024, n_seq_max=4)) as engine:
             assert engine.kernels == choice
             config = engine.model.config
