@@ -96,6 +96,29 @@ def _add_models_parser(sub: Any) -> None:
     add_models_store_parsers(msub)
 
 
+def _add_probe_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "probe",
+        help="measure which kernels decode fastest on this machine (what -fa/--repack/-kvu auto mean), "
+        "once; serve, worker and run read the cached answer",
+    )
+    p.add_argument("--again", action="store_true", help="measure anew, replacing the cached answer")
+    p.set_defaults(handler=_cmd_probe)
+
+
+def _cmd_probe(args: argparse.Namespace) -> int:
+    from outpost.engine import kernel_probe
+
+    logging.getLogger(kernel_probe.__name__).setLevel(logging.INFO)  # its measurement, when it runs one
+    sys.stderr.write("outpost: kernel probe: the cached answer, else four variants of a 135M model (~30 s)\n")
+    choice = kernel_probe.measure(again=args.again)
+    if choice is None:
+        sys.stderr.write("outpost: not measured (a busy machine, or the probe failed: see above)\n")
+        return 1
+    print(f"auto kernels: {choice.describe()}")
+    return 0
+
+
 def _add_server_parsers(sub: Any) -> None:
     """serve, worker and gateway: their flags come from the settings blocks (outpost/settings)."""
     helps = {
@@ -120,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_pull_parser(sub)
     add_quantize_parser(sub)
     add_convert_parser(sub)
+    _add_probe_parser(sub)
     _add_server_parsers(sub)
     return parser
 

@@ -33,6 +33,17 @@ def bench_model(shape: str, quant: str) -> Path:
     return path
 
 
+def probe_kernels() -> str:
+    """`outpost probe` before any server starts: servers started side by side would each find the
+    machine busy with the others' loading and keep the fixed kernels. Its answer, for the report."""
+    cmd = [sys.executable, "-m", "outpost.cli", "probe"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("auto kernels:")), "")
+    answer = line or f"kernel probe: not measured ({out.stderr.strip().splitlines()[-1:]})"
+    log(answer)
+    return answer
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -43,7 +43,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from harness.common import bench_model, log
+from harness.common import bench_model, log, probe_kernels
 from harness.servers import KINDS, LABELS, ServerProcess, Setup, eog_tokens
 from outpost.engine.config import available_cpus
 from serve.report import Report
@@ -161,6 +161,8 @@ def main() -> None:
     extra = {"temperature": 0.8, "logit_bias": {str(t): -100 for t in eog_tokens(model)}}
     report = Report(args, setup)
     log(report.plan_text(kinds))
+    if "outpost" in kinds and args.ngl == 0:
+        report.notes.append(probe_kernels())
     try:
         if "throughput" in scenarios:
             run_throughput(kinds, setup, args, extra, report)

@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from harness.common import free_port, log, wait_ready
+from harness.common import free_port, log, probe_kernels, wait_ready
 from outpost.models import outpost_home
 from spec.arms import Arm
 from spec.measure import PassResult, run_pass
@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = make_tasks()
     arms = _arms(args)
     args.out.mkdir(parents=True, exist_ok=True)
+    kernels = probe_kernels()
     servers = Servers(arms, args, args.out / "logs")
     results: dict[str, dict[int, list[PassResult]]] = {a.label: {n: [] for n in streams} for a in arms}
     try:
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         (args.out / "raw.json").write_text(json.dumps(raw) + "\n")
     document = report(results, arms, tasks, servers.argv, args.out)
+    document["kernels"] = kernels
     (args.out / "results.json").write_text(json.dumps(document, indent=2) + "\n")
     log(f"wrote {args.out}/results.json and plots")
     print(json.dumps(document["targets"]))

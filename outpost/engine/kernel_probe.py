@@ -24,6 +24,7 @@ do: their results must not follow the machine's speed).
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import logging
@@ -197,36 +198,51 @@ def machine_busy(load_1min: float, cpus: int) -> bool:
 
 @functools.cache
 def kernel_choice() -> KernelChoice | None:
-    """This machine's choice: from the cache, or measured now (~20 s on 2 cores, once per machine)
-    and cached. None with the probe off, or on a busy machine (then the next start tries again)."""
+    """This machine's choice: from the cache, or measured now (~20-30 s on 2 cores, once per
+    machine) and cached. None with the probe off, or on a busy machine (the next start tries again).
+    Processes starting together (workers on one box) probe once: the others wait for its answer."""
     if not probe_enabled():
         return None
+    return measure(again=False)
+
+
+def measure(again: bool) -> KernelChoice | None:
+    """The cached choice, or (`again`: always) a new measurement, cached; under the probe's lock."""
     cache = _probe_dir() / "kernels.json"
     key = f"{_machine_key()}|kernel probe v{PROBE_VERSION}"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with (_probe_dir() / "kernels.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cached = None if again else _cached(cache, key)
+        if cached is not None:
+            return cached
+        load, cpus = os.getloadavg()[0], len(os.sched_getaffinity(0))
+        if machine_busy(load, cpus):
+            _log.warning("kernel probe skipped: load %.1f on %d CPUs; default kernels this run", load, cpus)
+            return None
+        started = time.perf_counter()
+        model = _probe_model()
+        measured = _run_probe(str(model)) if model is not None else {}
+        if not measured:
+            return None  # a failed probe is not an answer: keep the defaults, not cached
+        choice = decide(this_cpu_family(), measured)
+        _log.info("kernel probe (%.1f s): %s", time.perf_counter() - started, choice.describe())
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        rates = {k: asdict(v) for k, v in measured.items()}
+        saved = {"key": key, "choice": asdict(choice), "rates": rates, "model": str(model)}
+        tmp.write_text(json.dumps(saved))
+        os.replace(tmp, cache)
+        return choice
+
+
+def _cached(cache: Path, key: str) -> KernelChoice | None:
     try:
         saved = json.loads(cache.read_text())
         if saved.get("key") == key:
             return KernelChoice(**saved["choice"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    load, cpus = os.getloadavg()[0], len(os.sched_getaffinity(0))
-    if machine_busy(load, cpus):
-        _log.warning("kernel probe skipped: load %.1f on %d CPUs; the default kernels this run", load, cpus)
-        return None
-    family = this_cpu_family()
-    started = time.perf_counter()
-    model = _probe_model()
-    measured = _run_probe(str(model)) if model is not None else {}
-    if not measured:
-        return None  # a failed probe is not an answer: keep the defaults, not cached
-    choice = decide(family, measured)
-    _log.info("kernel probe (%.1f s): %s", time.perf_counter() - started, choice.describe())
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-    rates = {k: asdict(v) for k, v in measured.items()}
-    tmp.write_text(json.dumps({"key": key, "choice": asdict(choice), "rates": rates, "model": str(model)}))
-    os.replace(tmp, cache)
-    return choice
+    return None
 
 
 def _probe_model() -> Path | None:

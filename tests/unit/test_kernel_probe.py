@@ -214,3 +214,17 @@ def test_choice_applies_to_auto_settings_only(
     assert with_probed_kernels(EngineConfig(model_path=str(tiny_model), n_seq_max=8))[0].repack == "off"
     gpu, none = with_probed_kernels(EngineConfig(model_path=str(tiny_model), n_gpu_layers=-1))
     assert none is None and gpu.flash_attn == "auto"  # GPU layers: llama.cpp's own auto
+
+
+def test_outpost_probe_measures_again_and_says_what_it_chose(
+    fake_probe: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from outpost.cli import main
+
+    assert main(["probe"]) == 0 and main(["probe"]) == 0
+    assert len(fake_probe) == 1  # the second read the cache
+    assert main(["probe", "--again"]) == 0 and len(fake_probe) == 2
+    assert "auto kernels: amd-avx512: flash attention on" in capsys.readouterr().out
+    monkeypatch.setattr(kernel_probe.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    assert main(["probe", "--again"]) == 1  # busy: not measured, and it says so
+    assert "not measured" in capsys.readouterr().err
