@@ -220,6 +220,10 @@ def measure(again: bool) -> KernelChoice | None:
         if machine_busy(load, cpus):
             _log.warning("kernel probe skipped: load %.1f on %d CPUs; default kernels this run", load, cpus)
             return None
+        # Shown at the default log level: a first start otherwise sits silent for ~25 s.
+        _log.warning(
+            "measuring this machine's kernels, once (~25 s on 2 cores; OUTPOST_KERNEL_PROBE=off skips)"
+        )
         started = time.perf_counter()
         model = _probe_model()
         measured = _run_probe(str(model)) if model is not None else {}
