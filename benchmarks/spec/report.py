@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -64,12 +65,22 @@ def report(
     targets = _targets(table, arms)
     _plot(table, arms, out)
     return {
-        "cpu": "AMD EPYC, 2 vCPUs, shared with other work (other engineers' jobs ran during this run)",
+        "cpu": _cpu(),
         "commands": {label: " ".join(cmd) for label, cmd in argv.items()},
         "tasks": [{"name": t.name, "copy": t.copy} for t in tasks],
         "arms": table,
         "targets": targets,
     }
+
+
+def _cpu() -> str:
+    """The CPU model, its count here and the load average when the report is written (the run's
+    own servers included), so a figure says which machine and how busy it was."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    names = [ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")]
+    model = names[0] if names else "?"
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"{model}, {len(os.sched_getaffinity(0))} CPUs; load average at the end {load}"
 
 
 def _plain(arm: Arm, arms: list[Arm]) -> Arm | None:
@@ -173,7 +184,7 @@ def _plot(table: dict[str, dict[str, Any]], arms: list[Arm], out: Path) -> None:
     axes[1].set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
     axes[1].set_ylabel("draft acceptance, 1 stream")
     axes[1].set_ylim(0, 1)
-    fig.suptitle("Speculative decoding: SmolLM2-135M, AMD EPYC 2 vCPUs (shared machine)")
+    fig.suptitle(f"Speculative decoding: SmolLM2-135M; {_cpu()}", fontsize=10)
     fig.tight_layout()
     fig.savefig(out / "spec.png", dpi=110)
     plt.close(fig)
