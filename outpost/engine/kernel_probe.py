@@ -203,7 +203,11 @@ def kernel_choice() -> KernelChoice | None:
     Processes starting together (workers on one box) probe once: the others wait for its answer."""
     if not probe_enabled():
         return None
-    return measure(again=False)
+    try:
+        return measure(again=False)
+    except OSError as err:  # a read-only $OUTPOST_HOME: the fixed kernels, not a failed start
+        _log.warning("kernel probe: %s; the default kernels this run", err)
+        return None
 
 
 def measure(again: bool) -> KernelChoice | None:

@@ -216,6 +216,16 @@ def test_choice_applies_to_auto_settings_only(
     assert none is None and gpu.flash_attn == "auto"  # GPU layers: llama.cpp's own auto
 
 
+def test_an_unwritable_home_keeps_the_defaults(
+    fake_probe: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def read_only(again: bool) -> None:
+        raise PermissionError(13, "Permission denied", "/models/probe/kernels.lock")
+
+    monkeypatch.setattr(kernel_probe, "measure", read_only)
+    assert kernel_probe.kernel_choice() is None  # the engine starts with the fixed kernels
+
+
 def test_outpost_probe_measures_again_and_says_what_it_chose(
     fake_probe: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
