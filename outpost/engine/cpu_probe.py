@@ -78,17 +78,23 @@ def amx_tiles_work() -> bool:
     return works
 
 
-def _write_probe_model(model: Path) -> None:
-    """The tiny q8_0 model the probe decodes, made by `outpost models synth` in a child process:
-    outpost.models builds on the engine (its quantizer), so the engine does not import it."""
-    cmd = [sys.executable, "-m", "outpost.cli", "models", "synth", "--shape", "tiny", "--quant", "q8_0"]
-    subprocess.run([*cmd, "--seed", "0", "-o", str(model)], capture_output=True, check=True)
+def write_probe_model(model: Path, shape: str = "tiny", quant: str = "q8_0") -> None:
+    """A synthetic model for a probe, made by `outpost models synth` in a child process
+    (outpost.models builds on the engine's quantizer, so the engine does not import it); written
+    under a temporary name and renamed, so a probe never reads half a file."""
+    tmp = model.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [sys.executable, "-m", "outpost.cli", "models", "synth", "--shape", shape, "--quant", quant]
+    try:
+        subprocess.run([*cmd, "--seed", "0", "-o", str(tmp)], capture_output=True, check=True, timeout=600)
+        os.replace(tmp, model)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed or timed-out write leaves nothing behind
 
 
 def _run_probe() -> bool:
     model = _probe_dir() / "tiny-q8_0.gguf"
     if not model.is_file():
-        _write_probe_model(model)
+        write_probe_model(model)
     cmd = [sys.executable, "-m", "outpost.engine.amx_child", str(model)]
     try:
         proc = subprocess.run(cmd, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)

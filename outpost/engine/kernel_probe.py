@@ -39,7 +39,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from outpost.engine.cpu_probe import _cpuinfo, _machine_key, _probe_dir, amx_tiles_work, cpu_has_amx
+from outpost.engine.cpu_probe import (
+    _cpuinfo,
+    _machine_key,
+    _probe_dir,
+    amx_tiles_work,
+    cpu_has_amx,
+    write_probe_model,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -254,23 +261,16 @@ def _cached(cache: Path, key: str) -> KernelChoice | None:
 
 
 def _probe_model() -> Path | None:
-    """The probe's model, written once by `outpost models synth` in a child process (outpost.models
-    builds on the engine's quantizer, so the engine does not import it)."""
+    """The probe's model, written once (cpu_probe.write_probe_model)."""
     model = _probe_dir() / f"{PROBE_SHAPE}-q4_0.gguf"
     if model.is_file():
         return model
     model.parent.mkdir(parents=True, exist_ok=True)
-    tmp = model.with_suffix(f".{os.getpid()}.tmp")
-    cmd = [sys.executable, "-m", "outpost.cli", "models", "synth", "--shape", PROBE_SHAPE, "--quant", "q4_0"]
     try:
-        subprocess.run(
-            [*cmd, "--seed", "0", "-o", str(tmp)], capture_output=True, check=True, timeout=PROBE_TIMEOUT_S
-        )
+        write_probe_model(model, PROBE_SHAPE, "q4_0")
     except (subprocess.SubprocessError, OSError) as err:
         _log.warning("kernel probe: could not write its model (%s); keeping the default kernels", err)
-        tmp.unlink(missing_ok=True)
         return None
-    os.replace(tmp, model)
     return model
 
 
