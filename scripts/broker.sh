@@ -325,6 +325,7 @@ boot_node() {
     [ -z "$TLS_PORT" ] || ensure_certs
     write_config
     ensure_epmd
+    rm -f "$ERL_CRASH_DUMP" # a dump seen while awaiting this boot is then this boot's
     log "starting rabbitmq-server $NODE_NAME@localhost on 127.0.0.1:$PORT (state in $NODE_DIR)"
     "$RMQ_BIN/rabbitmq-server" -detached >>"$NODE_DIR/log/startup.log" 2>&1
     return 0
@@ -335,6 +336,12 @@ await_node() {
     # await_startup fails at once while the node is not yet registered with epmd: poll it.
     local deadline=$((SECONDS + WAIT))
     until ctl -q await_startup --timeout 10 >/dev/null 2>&1; do
+        # A VM that failed to boot (a port taken, say) writes its dump and exits: say so now.
+        if [ -s "$ERL_CRASH_DUMP" ] && ! running; then
+            log "$NODE_NAME@localhost failed to boot: $(grep -m1 '^Slogan' "$ERL_CRASH_DUMP" || true)"
+            tail -n 30 "$NODE_DIR/log/startup.log" "$NODE_DIR"/log/*.log >&2 || true
+            exit 1
+        fi
         if [ "$SECONDS" -ge "$deadline" ]; then
             log "the broker did not start within $WAIT s; its logs are in $NODE_DIR/log"
             tail -n 30 "$NODE_DIR/log/startup.log" "$NODE_DIR"/log/*.log >&2 || true

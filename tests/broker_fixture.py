@@ -1,4 +1,4 @@
-"""A real RabbitMQ for tests: `scripts/broker.sh` on free loopback ports in a temp folder.
+"""A real RabbitMQ for tests: `scripts/broker.sh` on free loopback ports (tests/ports.py) in a temp folder.
 
 The session fixture `rabbitmq` (registered in tests/conftest.py) boots one broker for the whole
 test session and stops it at the end. `stop()` / `start()` restart it in place (same ports, same
@@ -14,53 +14,19 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ports import free_port_runs
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "broker.sh"
 # Booting takes ~5 s on an idle machine; installing the package first, minutes.
 START_TIMEOUT = 600.0
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct free loopback ports (held together while picked, so they differ)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def free_port_runs(n: int, run: int) -> list[int]:
-    """`n` free loopback ports, each the first of `run` consecutive free ones (a cluster's nodes)."""
-    for _ in range(100):  # bounded: free ports are plentiful
-        bases = free_ports(n)
-        wanted = {b + i for b in bases for i in range(run)}
-        if len(wanted) == n * run and all(p < 65536 for p in wanted):
-            try:
-                free_ports_exact(sorted(wanted))
-            except OSError:
-                continue
-            return bases
-    raise AssertionError(f"no {n} runs of {run} free ports")
-
-
-def free_ports_exact(ports: list[int]) -> None:
-    socks = [socket.socket() for _ in ports]
-    try:
-        for s, port in zip(socks, ports, strict=True):
-            s.bind(("127.0.0.1", port))
-    finally:
-        for s in socks:
-            s.close()
+# What a node's boot failure says when one of its ports was bound by someone else meanwhile.
+PORT_TAKEN = ("eaddrinuse", "could_not_start_listener", "address already in use")
 
 
 class Broker:
@@ -72,35 +38,41 @@ class Broker:
     def __init__(self, state_dir: Path, management: bool = True, tls: bool = False, nodes: int = 1) -> None:
         self.state_dir = state_dir
         self.nodes = nodes
+        self.management = management
+        self.tls = tls
+        self.password_file = state_dir / "password"
+        tls_dir = state_dir / "tls"
+        self.ca_file = tls_dir / "ca.pem"
+        self.client_cert, self.client_key = tls_dir / "client.pem", tls_dir / "client.key"
+        self.started = False
+        self.env = dict(os.environ)  # tests may add to it before start()
+        self._pick_ports()
+
+    def _pick_ports(self) -> None:
+        nodes = self.nodes
         self.amqp_port, dist, epmd, mgmt, self.tls_port, mgmt_tls = free_port_runs(6, nodes)
-        self.mgmt_port = mgmt if management else 0
-        self.env = dict(
-            os.environ,
-            OUTPOST_BROKER_DIR=str(state_dir),
+        self.mgmt_port = mgmt if self.management else 0
+        self.env.update(
+            OUTPOST_BROKER_DIR=str(self.state_dir),
             OUTPOST_BROKER_PORT=str(self.amqp_port),
             OUTPOST_BROKER_DIST_PORT=str(dist),
             OUTPOST_BROKER_EPMD_PORT=str(epmd),
             OUTPOST_BROKER_MGMT_PORT=str(self.mgmt_port),
             OUTPOST_BROKER_WAIT="240",
         )
-        self.password_file = state_dir / "password"
         self.ports = [self.amqp_port + k for k in range(nodes)]
         self.broker_url = ",".join(f"amqp://{self.user}@127.0.0.1:{p}/" for p in self.ports)
-        self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}" if management else ""
-        self.tls = tls
-        if tls:
+        self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}" if self.management else ""
+        if self.tls:
             self.env.update(
                 OUTPOST_BROKER_TLS_PORT=str(self.tls_port),
                 OUTPOST_BROKER_MGMT_TLS_PORT=str(mgmt_tls),
                 OUTPOST_BROKER_TLS_CLIENT_CERTS="verify",
             )
-        tls_dir = state_dir / "tls"
         self.tls_url = f"amqps://{self.user}@127.0.0.1:{self.tls_port}/"
         # Every node's amqps:// URL, comma-separated (a cluster's; one node's: tls_url).
         self.tls_urls = ",".join(f"amqps://{self.user}@127.0.0.1:{self.tls_port + k}/" for k in range(nodes))
-        self.mgmt_tls_url = f"https://127.0.0.1:{mgmt_tls}" if tls and management else ""
-        self.ca_file = tls_dir / "ca.pem"
-        self.client_cert, self.client_key = tls_dir / "client.pem", tls_dir / "client.key"
+        self.mgmt_tls_url = f"https://127.0.0.1:{mgmt_tls}" if self.tls and self.management else ""
 
     @property
     def password(self) -> str:
@@ -133,7 +105,16 @@ class Broker:
         return done.stdout
 
     def start(self) -> None:
-        out = self._run("start", START_TIMEOUT)
+        """Boot every node; the first start tries new ports once if a listener's port was taken."""
+        try:
+            out = self._run("start", START_TIMEOUT)
+        except RuntimeError as error:
+            self._run("stop", 120.0)  # the nodes that did boot must not outlive the test
+            if self.started or not any(sign in str(error) for sign in PORT_TAKEN):
+                raise
+            self._pick_ports()  # a restart keeps its ports: the tests hold its URLs
+            out = self._run("start", START_TIMEOUT)
+        self.started = True
         assert out.splitlines()[0] == self.broker_url, out
         if self.tls:
             assert self.tls_urls in out.splitlines() and f"CA file: {self.ca_file}" in out, out

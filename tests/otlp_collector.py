@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from broker_fixture import free_ports
+from ports import free_ports
 
 
 @dataclass

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from broker_fixture import free_ports  # noqa: F401  (re-exported for the compose tests)
+from ports import free_ports  # noqa: F401  (re-exported for the compose tests)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERS_CONF = ROOT / "deploy" / "podman" / "containers.conf"

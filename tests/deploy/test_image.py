@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from podman_harness import FIGURES, podman
+from ports import free_port
 
 from outpost.models import write_synthetic_model
 
@@ -22,12 +22,6 @@ pytestmark = pytest.mark.deploy
 # on a loaded 2-core machine (~2 tokens/s measured while other builds ran).
 GRACE = 600
 DRAINED_TOKENS = 128  # more than any CPU decodes between reading the first chunk and the signal
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -65,7 +59,7 @@ def _wait_ping(c: Container, limit_s: float = 300) -> float:
 def served(image: str, model_dir: Path) -> Iterator[Container]:
     """`IMAGE serve` with nothing else but the port (host networking: no port mapping needed here)."""
     name = f"outpost-test-{os.getpid()}"
-    port = _free_port()
+    port = free_port()
     started = time.monotonic()
     podman(
         "run", "-d", "--name", name, "--network=host",
@@ -177,7 +171,7 @@ def test_sigterm_drains_the_request_and_exits_0(served: Container) -> None:
 def test_serve_m_and_env_configuration(image: str, model_dir: Path) -> None:
     """`IMAGE serve -m PATH` with flags given as OUTPOST_* variables (the container way)."""
     name = f"outpost-test-m-{os.getpid()}"
-    port = _free_port()
+    port = free_port()
     started = time.monotonic()
     podman(
         "run", "-d", "--name", name, "--network=host", "-v", f"{model_dir}:/models/m:ro",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from ports import free_port
 
 from outpost.core import STEP_DELAY_ENV
 
@@ -27,12 +27,6 @@ def paced(ms: float) -> dict[str, str]:
     How e2e tests hold the engine without racing it: a prefill of N chunks or a generation of N
     tokens then lasts at least N * ms, on any machine, so "still running" is a fact, not a bet."""
     return {STEP_DELAY_ENV: f"{ms:g}"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:

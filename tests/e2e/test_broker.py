@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import stat
 import uuid
 from pathlib import Path
@@ -97,3 +98,23 @@ def test_erlang_flags_from_the_environment_reach_the_node(tmp_path: Path) -> Non
         assert roundtrip(broker.url, queue, b"n schedulers") == b"n schedulers"
     finally:
         broker.stop()
+
+
+def test_a_port_taken_after_it_was_picked_fails_the_boot_at_once_and_gets_new_ports(tmp_path: Path) -> None:
+    """What CI once hit: between the fixture picking a node's ports and the node binding them,
+    something else bound one (eaddrinuse). The node's failure is reported as soon as its VM exits
+    (the wait for it is set far beyond the script's timeout, so waiting it out fails this test), and
+    the fixture stops what booted and boots again on new ports."""
+    broker = Broker(tmp_path / "state", management=False)
+    broker.env["OUTPOST_BROKER_WAIT"] = "100000"
+    taken = broker.amqp_port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        broker.start()
+        try:
+            assert broker.amqp_port != taken and f":{taken}/" not in broker.broker_url
+            queue = f"test.port.{uuid.uuid4().hex[:8]}"
+            assert roundtrip(broker.url, queue, b"new ports") == b"new ports"
+        finally:
+            broker.stop()

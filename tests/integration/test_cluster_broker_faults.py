@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from broker_fixture import Broker, free_ports
+from broker_fixture import Broker
 from fake_backend import FakeBackend
+from ports import free_ports
 from test_cluster_broker import cluster, collect, request, tokens, until
 
 from outpost.cluster.gateway import GatewayLink
