@@ -27,16 +27,16 @@ def ephemeral_range() -> tuple[int, int]:
 
 
 def candidate_ports() -> list[int]:
-    """Every port at or above LOWEST that the kernel never picks for a connection."""
+    """Every port at or above LOWEST that the kernel never picks for a connection (all of them
+    where an unusual range leaves too few outside it)."""
     low, high = ephemeral_range()
-    return [p for p in range(LOWEST, 65536) if not low <= p <= high]
+    outside = [p for p in range(LOWEST, 65536) if not low <= p <= high]
+    return outside if len(outside) >= 1000 else list(range(LOWEST, 65536))
 
 
 def free_ports(n: int) -> list[int]:
     """`n` distinct free loopback ports outside the ephemeral range (held together while picked)."""
     candidates = candidate_ports()
-    if len(candidates) < 100 * n:  # an unusual range leaves too few: take the kernel's
-        return _kernel_ports(n)
     held: list[socket.socket] = []
     try:
         for port in random.sample(candidates, min(len(candidates), 50 * n)):  # bounded
@@ -59,17 +59,6 @@ def free_ports(n: int) -> list[int]:
 
 def free_port() -> int:
     return free_ports(1)[0]
-
-
-def _kernel_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def free_port_runs(n: int, run: int) -> list[int]:
