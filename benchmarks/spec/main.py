@@ -42,6 +42,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=256, help="per request at 1 stream (half at more)")
     p.add_argument("--no-llama-server", action="store_true")
     p.add_argument("--no-draft", action="store_true", help="skip the draft-model check")
+    p.add_argument("--only-draft", action="store_true", help="only the draft-model check's arms")
     p.add_argument("--draft-streams", default="1", help="stream counts the draft-model arms run at")
     p.add_argument(
         "--short-warmup", action="store_true", help="warm up with one request per arm, not a whole pass"
@@ -84,7 +85,8 @@ def f16_target(model: Path) -> Path:
 
 def _arms(args: argparse.Namespace) -> list[Arm]:
     servers = ["outpost"] + ([] if args.no_llama_server else ["llama-server"])
-    arms = [Arm(s, kind, args.model) for s in servers for kind in ("none", "ngram-simple", "ngram-mod")]
+    kinds = () if args.only_draft else ("none", "ngram-simple", "ngram-mod")
+    arms = [Arm(s, kind, args.model) for s in servers for kind in kinds]
     if not args.no_draft:
         target = f16_target(args.model)
         arms += [Arm(s, "none", target) for s in servers]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ class Reply:
     task: str
     text: str = ""
     tokens: int = 0
+    sent_s: float | None = None  # when the request went out
     first_s: float | None = None
     last_s: float | None = None
     draft_n: int = 0
@@ -38,6 +40,18 @@ class PassResult:
     @property
     def errors(self) -> int:
         return sum(r.error is not None for r in self.replies)
+
+    def ttft_s(self) -> float | None:
+        """The median time to first token over this pass's replies."""
+        waits = [r.first_s - r.sent_s for r in self.replies if r.first_s is not None and r.sent_s is not None]
+        return statistics.median(waits) if waits else None
+
+    def e2e_tok_s(self) -> float | None:
+        """1 stream: tokens over each request's whole time (prompt read, first token, decode): what
+        moving work between the prompt's time and the decode's time cannot flatter."""
+        ok = [r for r in self.replies if r.error is None and r.last_s is not None and r.sent_s is not None]
+        span = sum((r.last_s or 0.0) - (r.sent_s or 0.0) for r in ok)
+        return sum(r.tokens for r in ok) / span if ok and span > 0 else None
 
     def decode_tok_s(self, tasks: set[str] | None = None) -> float | None:
         ok = [r for r in self.replies if r.error is None and r.first_s is not None and r.tokens > 1]
@@ -59,7 +73,7 @@ class PassResult:
 
 
 async def _one(client: httpx.AsyncClient, url: str, task: Task, max_tokens: int) -> Reply:
-    reply = Reply(task.name)
+    reply = Reply(task.name, sent_s=time.perf_counter())
     body = {
         "messages": task.messages(),
         "max_tokens": max_tokens,

@@ -14,12 +14,7 @@ from outpost.scheduler.config import SchedulerConfig
 from outpost.scheduler.drafters import Drafter
 from outpost.scheduler.output import BatchChunk, DraftAsk
 from outpost.scheduler.request import RequestState
-from outpost.scheduler.speculation import SpecState, plan_drafts
-
-# With no draft verified for this many steps, a request's next draft gets one token as if it
-# were likely (the prior): otherwise a request whose estimate fell below the bar would never
-# draft again and never learn that the text turned copyable.
-PROBE_EVERY = 16
+from outpost.scheduler.speculation import PROBE_EVERY, SpecState, plan_drafts
 
 
 class _Sched(Protocol):
@@ -110,6 +105,9 @@ def draft_asks(sched: _Sched, chunks: list[BatchChunk], n_decoding: int) -> list
     )
     asks = []
     for (seq_id, state), k, (spec, cap) in zip(states, ks, candidates, strict=True):
+        # A new request is due a probe (SpecState.idle_steps): the step that samples its first
+        # token asks the draft model, which so reads the prompt inside the prompt's time (as
+        # llama-server's does), not between two of the request's tokens PROBE_EVERY steps later.
         if k == 0:
             spec.idle_steps += 1
             if spec.idle_steps < PROBE_EVERY:

@@ -35,6 +35,10 @@ PRIOR_ACCEPTED = 1.0
 PRIOR_REJECTED = 1.0
 # A draft token must be expected to pay for itself this many times over (the cost model is rough).
 MARGIN = 1.1
+# With no draft verified for this many steps, a request's next draft gets one token as if it
+# were likely (the prior): otherwise a request whose estimate fell below the bar would never
+# draft again and never learn that the text turned copyable.
+PROBE_EVERY = 16
 
 
 @dataclass
@@ -45,7 +49,9 @@ class SpecState:
     accepted: float = PRIOR_ACCEPTED  # decayed count of accepted draft tokens
     rejected: float = PRIOR_REJECTED  # decayed count of verifications cut short
     draft: list[int] = field(default_factory=list)  # from the draft model, for the next step
-    idle_steps: int = 0  # steps since its last verification (see spec_batch.PROBE_EVERY)
+    # Steps since its last verification. A new request starts due a probe: its first draft is
+    # verified at once, so it learns from its own text from the start.
+    idle_steps: int = PROBE_EVERY
 
     @property
     def p(self) -> float:

@@ -296,6 +296,39 @@ def test_a_bad_drafter_costs_few_verified_tokens() -> None:
     assert 0 < t.draft_n < 40, t.draft_n
 
 
+def test_the_draft_model_reads_the_prompt_in_the_step_of_the_first_token() -> None:
+    """A draft model dear enough that the prior estimate never drafts (p = 0.5 under the bar): the
+    step that samples the first token still asks it (it reads the prompt there, inside the
+    prompt's time, as llama-server's does), and its guess is verified in the very next step; a
+    right guess raises the estimate, a wrong one idles the request as before."""
+    doc = document(300, seed=21)
+    prompt = [*doc, 27]
+    runner = FakeRunner()
+    asked: list[tuple[int, int, int]] = []  # (step, history length, n) of each ask
+
+    def draft(history: list[int], n: int) -> list[int]:
+        asked.append((len(runner.steps) - 1, len(history), n))
+        return [runner.next_token(history)][:n]  # always right
+
+    runner.draft_model = draft
+    h = Harness(config(draft_token_cost=0.7), runner)
+    rid = h.add(prompt, 40, speculative=DRAFT, sampling=greedy())
+    h.run()
+    first = next(i for i, out in enumerate(runner.steps) if any(c.sample for c in out.chunks))
+    assert asked[0] == (first, len(prompt) + 1, 1)  # the prompt and the first token, in its step
+    assert [c.n_draft for c in runner.steps[first + 1].chunks] == [1]
+    assert h.token_ids(rid) == greedy_reference(prompt, 40)
+    t = h.final(rid).timings
+    assert t is not None and t.draft_n_accepted >= 1
+
+
+def greedy_reference(prompt: list[int], n: int) -> list[int]:
+    h = Harness(config(), FakeRunner())
+    rid = h.add(prompt, n, sampling=greedy())
+    h.run()
+    return h.token_ids(rid)
+
+
 def test_request_override_and_the_engine_default() -> None:
     doc = document(200, seed=15)
     prompt = [*doc, 27, *doc[:30]]
