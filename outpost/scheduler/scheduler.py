@@ -33,7 +33,7 @@ from outpost.scheduler.pool import PrefixPlan
 from outpost.scheduler.request import RequestState, check_admissible
 from outpost.scheduler.residency import Residency
 from outpost.scheduler.sharing import next_move, source_to_await
-from outpost.scheduler.spec_batch import add_drafts, draft_asks
+from outpost.scheduler.spec_batch import add_drafts, draft_asks, keep_draft
 
 # With a KV stream per slot, a gap between busy slots that lasts this many steps with nothing
 # waiting is closed by moving the highest request down (one copy of its stream), if it may still
@@ -335,13 +335,13 @@ class Scheduler(Residency):
                 run = result.runs.get(chunk.seq_id)
                 if run:
                     events.append(self._on_verified(state, chunk, run, now))
+                    keep_draft(state, chunk.seq_id, result)
                     continue
                 token = None
                 self._ops.append(SeqRemove(chunk.seq_id, chunk.start_pos, -1))  # KV as we know it
             else:
                 token = result.sampled.get(chunk.seq_id)
-            if state.spec is not None and state.spec.params.type == "draft":
-                state.spec.draft = result.drafts.get(chunk.seq_id, [])
+            keep_draft(state, chunk.seq_id, result)
             if token is None:
                 error = f"the runner sampled no token for sequence {chunk.seq_id}"
                 events.append(self._finish(state, FinishReason.ERROR, now, error=error, flush=True))
@@ -365,8 +365,6 @@ class Scheduler(Residency):
         drafter = self._drafters.get(spec.params.type)
         if drafter is not None:
             drafter.accept(state.request_id, chunk.n_draft, n_accepted)
-        elif spec.params.type == "draft":
-            spec.draft = []
         return self._on_tokens(state, run[:kept], now)
 
     def _on_tokens(self, state: RequestState, run: list[SampledToken], now: float) -> TokenEvent:

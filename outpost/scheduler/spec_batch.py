@@ -12,7 +12,7 @@ from typing import Protocol
 
 from outpost.scheduler.config import SchedulerConfig
 from outpost.scheduler.drafters import Drafter
-from outpost.scheduler.output import BatchChunk, DraftAsk
+from outpost.scheduler.output import BatchChunk, DraftAsk, RunnerOutput
 from outpost.scheduler.request import RequestState
 from outpost.scheduler.speculation import PROBE_EVERY, SpecState, plan_drafts
 
@@ -116,3 +116,10 @@ def draft_asks(sched: _Sched, chunks: list[BatchChunk], n_decoding: int) -> list
         if k > 0:
             asks.append(DraftAsk(seq_id, state.request_id, state.tokens, min(k, cap)))
     return asks
+
+
+def keep_draft(state: RequestState, seq_id: int, result: RunnerOutput) -> None:
+    """A draft-model request's draft for its next step: what the runner drafted after this step's
+    tokens (a verified draft's accepted tokens and correction included), or none."""
+    if state.spec is not None and state.spec.params.type == "draft":
+        state.spec.draft = result.drafts.get(seq_id, [])

@@ -322,6 +322,29 @@ def test_the_draft_model_reads_the_prompt_in_the_step_of_the_first_token() -> No
     assert t is not None and t.draft_n_accepted >= 1
 
 
+def test_a_draft_made_beside_a_verification_is_verified_next() -> None:
+    """The runner drafts after every step's tokens, a verified draft's included: with a draft
+    model that is always right, every step after the first token verifies a draft (a draft made
+    in a step that verified one was once dropped, so only every other step speculated)."""
+    prompt = [*document(200, seed=23), 27]
+    runner = FakeRunner()
+    runner.draft_model = lambda history, n: greedy_continuation(runner, history, n)
+    h = Harness(config(), runner)
+    rid = h.add(prompt, 120, speculative=DRAFT, sampling=greedy())
+    h.run()
+    decodes = [c for out in runner.steps for c in out.chunks if c.sample]
+    assert all(c.n_draft > 0 for c in decodes[1:-1]), [c.n_draft for c in decodes]
+    assert h.token_ids(rid) == greedy_reference(prompt, 120)
+
+
+def greedy_continuation(runner: FakeRunner, history: list[int], n: int) -> list[int]:
+    h, out = list(history), []
+    for _ in range(n):
+        out.append(runner.next_token(h))
+        h.append(out[-1])
+    return out
+
+
 def greedy_reference(prompt: list[int], n: int) -> list[int]:
     h = Harness(config(), FakeRunner())
     rid = h.add(prompt, n, sampling=greedy())
