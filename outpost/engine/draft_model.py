@@ -60,38 +60,27 @@ class DraftModel:
         return drafts
 
     def _catch_up(self, histories: dict[int, list[int]]) -> dict[int, int] | None:
-        """Evaluates what each sequence's KV lacks of its history; seq id -> its last row."""
+        """Evaluates what each sequence's KV lacks of its history; seq id -> its last row.
+
+        Everything but each history's last token first, in as many decodes as n_batch needs, then
+        every last token in one decode: a decode's logits replace the one before's, so the rows
+        returned must all come from the final decode."""
         mem = self.model.memory
-        chunks = []
+        bulk: list[BatchChunk] = []
+        last: list[BatchChunk] = []
         for seq, history in histories.items():
             held = self.cached.get(seq, [])
             # The last token is evaluated again if held already: its logits are the ones we need.
             keep = common_prefix_len(held, history, len(history) - 1)
             llama.llama_memory_seq_rm(mem, seq, keep, -1)
             self.cached[seq] = held[:keep]
-            chunks.append(BatchChunk(seq, history[keep:], keep, True))
-        last: dict[int, int] = {}
-        room = self.model.n_batch
-        while chunks:
-            step: list[BatchChunk] = []
-            rest: list[BatchChunk] = []
-            used = 0
-            for c in chunks:
-                n = min(len(c.tokens), room - used)
-                if n <= 0:
-                    rest.append(c)
-                    continue
-                done = n == len(c.tokens)
-                step.append(BatchChunk(c.seq_id, c.tokens[:n], c.start_pos, done))
-                if not done:
-                    rest.append(BatchChunk(c.seq_id, c.tokens[n:], c.start_pos + n, True))
-                used += n
-            rows = self._decode(step)
-            if rows is None:
+            if len(history) - 1 > keep:
+                bulk.append(BatchChunk(seq, history[keep:-1], keep, False))
+            last.append(BatchChunk(seq, history[-1:], len(history) - 1, True))
+        for step in _batches(bulk, self.model.n_batch):
+            if self._decode(step) is None:
                 return None
-            last.update(rows)
-            chunks = rest
-        return last
+        return self._decode(last)
 
     def _decode(self, chunks: list[BatchChunk]) -> dict[int, int] | None:
         """One llama_decode; seq id -> the batch row of its logits. None (and the draft KV
@@ -120,3 +109,22 @@ class DraftModel:
 
     def close(self) -> None:
         self.model.close()
+
+
+def _batches(chunks: list[BatchChunk], room: int) -> list[list[BatchChunk]]:
+    """`chunks` cut into decodes of at most `room` tokens, each sequence's pieces in order."""
+    steps: list[list[BatchChunk]] = []
+    step: list[BatchChunk] = []
+    used = 0
+    for c in chunks:
+        tokens, pos = c.tokens, c.start_pos
+        while tokens:
+            n = min(len(tokens), room - used)
+            step.append(BatchChunk(c.seq_id, tokens[:n], pos, False))
+            tokens, pos, used = tokens[n:], pos + n, used + n
+            if used == room:
+                steps.append(step)
+                step, used = [], 0
+    if step:
+        steps.append(step)
+    return steps

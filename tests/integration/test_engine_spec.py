@@ -12,8 +12,11 @@ import asyncio
 from pathlib import Path
 
 from outpost.engine.config import EngineConfig
+from outpost.engine.draft_model import DraftModel
+from outpost.engine.model import LoadedModel
 from outpost.messages import GenerateRequest, SamplingParams, SpecParams, SpecRequest, TokenEvent
 from outpost.runtime import Engine
+from outpost.scheduler.output import DraftAsk
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, n_probs=2)
 NEAR_TIE = 0.05  # logits: a parting where the best two were further apart is a real difference
@@ -123,3 +126,29 @@ def test_sampled_requests_speculate_with_a_seed(tiny_model: Path) -> None:
         )
     assert last.timings is not None and last.timings.draft_n_accepted > 0
     assert fast == plain
+
+
+def test_a_draft_catch_up_longer_than_a_batch_drafts_from_the_right_logits(tiny_model: Path) -> None:
+    """Three sequences whose histories together take several decodes of n_batch: each gets its
+    draft, from its own logits. (The rows of a sequence finished in an earlier decode were once
+    read after a later decode had replaced the logits: an engine error, or a wrong draft.) Asked
+    again with everything held, each catch-up is one token in one decode: the drafts must agree."""
+    config = EngineConfig(
+        model_path=str(tiny_model),
+        n_ctx=4 * 512,
+        n_seq_max=4,
+        n_batch=64,
+        n_threads=1,
+        kv_cache_type="f32",
+        flash_attn="off",
+    )
+    model = LoadedModel(config)
+    draft = DraftModel(model, model.vocab.n_tokens)
+    try:
+        histories = [[10 + (7 * i + s) % 200 for i in range(n)] for s, n in enumerate((100, 70, 45))]
+        asks = [DraftAsk(seq, f"r{seq}", h, 4) for seq, h in enumerate(histories)]
+        first = draft.draft(asks, {})
+        assert sorted(first) == [0, 1, 2] and all(len(d) == 4 for d in first.values()), first
+        assert draft.draft(asks, {}) == first
+    finally:
+        draft.close()
