@@ -22,17 +22,20 @@ GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, n_probs=2)
 NEAR_TIE = 0.05  # logits: a parting where the best two were further apart is a real difference
 
 
-def _engine(model: Path, **kw: object) -> Engine:
-    config = EngineConfig(
+def _config(model: Path, n_batch: int = 128) -> EngineConfig:
+    return EngineConfig(
         model_path=str(model),
         n_ctx=4 * 512,
         n_seq_max=4,
-        n_batch=128,
+        n_batch=n_batch,
         n_threads=1,
         kv_cache_type="f32",
         flash_attn="off",
     )
-    return Engine(config, prefix_cache=False, prefill_budget="off", **kw)  # type: ignore[arg-type]
+
+
+def _engine(model: Path, **kw: object) -> Engine:
+    return Engine(_config(model), prefix_cache=False, prefill_budget="off", **kw)  # type: ignore[arg-type]
 
 
 async def _run(engine: Engine, req: GenerateRequest) -> tuple[list[int], TokenEvent, list[float]]:
@@ -133,16 +136,7 @@ def test_a_draft_catch_up_longer_than_a_batch_drafts_from_the_right_logits(tiny_
     draft, from its own logits. (The rows of a sequence finished in an earlier decode were once
     read after a later decode had replaced the logits: an engine error, or a wrong draft.) Asked
     again with everything held, each catch-up is one token in one decode: the drafts must agree."""
-    config = EngineConfig(
-        model_path=str(tiny_model),
-        n_ctx=4 * 512,
-        n_seq_max=4,
-        n_batch=64,
-        n_threads=1,
-        kv_cache_type="f32",
-        flash_attn="off",
-    )
-    model = LoadedModel(config)
+    model = LoadedModel(_config(tiny_model, n_batch=64))
     draft = DraftModel(model, model.vocab.n_tokens)
     try:
         histories = [[10 + (7 * i + s) % 200 for i in range(n)] for s, n in enumerate((100, 70, 45))]
