@@ -18,6 +18,9 @@ throughput: all servers started once and kept up; for each of `--rounds` rounds,
     exactly `--input-tokens` tokens (Outpost's /tokenize; the chat template adds ~10), `--max-tokens`
     output tokens with EOS banned, streamed. Per server and level, the median over rounds of output
     tok/s, TTFT p50/p90 and ITL p50/p90, errors summed; Outpost / llama-server ratios with the targets.
+    `--lengths chat` draws each request's lengths instead (50-150 tokens in, 100-300 out, uniform;
+    the same draws for every server): streams then finish apart, as real users' do, where with
+    fixed lengths a closed loop's streams start and finish in waves.
     llama-cpp-python's server serves one request at a time and cuts the others' streams: it runs at
     `--llama-cpp-python-levels` only (default 1,4).
 shared-prefix: `outpost bench`'s shared-prefix scenario (one ~500-token system prompt, 20-60-token user
@@ -128,6 +131,13 @@ def parse_args() -> argparse.Namespace:
     add("--warmup", type=int, help="unmeasured requests per level and server (default: streams, >= 4)")
     add("--max-tokens", type=int, default=128)
     add("--input-tokens", type=int, default=120, help="user-message tokens (~130 with the template)")
+    add(
+        "--lengths",
+        choices=["fixed", "chat"],
+        default="fixed",
+        help="throughput workload: fixed (--input-tokens in, --max-tokens out, every request alike) "
+        "or chat (outpost bench's chat scenario: 50-150 tokens in, 100-300 out, uniform)",
+    )
     add("--servers", default=",".join(KINDS))
     add("--no-llama-cpp-python", action="store_true", help="leave llama-cpp-python's server out")
     add("--llama-cpp-python-levels", type=int_list, default=[1, 4], help="where it runs (default 1,4)")

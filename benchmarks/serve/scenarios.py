@@ -75,7 +75,7 @@ async def throughput_rounds(
     """Every round, every level, every server that runs at it in the round's rotated order; the
     same prompts for all servers of a (round, level), different ones for every other."""
     targets = [ServerTarget(p.url, LABELS[k]) for k, p in procs.items()]
-    config = base_config(targets, args.levels, "custom", args, extra)
+    config = base_config(targets, args.levels, "custom" if args.lengths == "fixed" else "chat", args, extra)
     runs: list[LevelRun] = []
     async with AsyncExitStack() as stack:
         conns = {k: await connect(t, config, stack) for k, t in zip(procs, targets, strict=True)}
