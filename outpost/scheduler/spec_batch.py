@@ -14,7 +14,7 @@ from outpost.scheduler.config import SchedulerConfig
 from outpost.scheduler.drafters import Drafter
 from outpost.scheduler.output import BatchChunk, DraftAsk, RunnerOutput
 from outpost.scheduler.request import RequestState
-from outpost.scheduler.speculation import PROBE_EVERY, SpecState, plan_drafts
+from outpost.scheduler.speculation import PROBE_EVERY, SpecState, may_probe, plan_drafts
 
 
 class _Sched(Protocol):
@@ -65,10 +65,12 @@ def add_drafts(sched: _Sched, decoding: list[RequestState], chunks: list[BatchCh
         config.draft_token_cost,
     )
     added = 0
+    # A probe verifies a draft that is already made: it costs the step one token's place.
+    probing = may_probe(len(decoding), config.spec_token_cost)
     for (i, draft), k, (spec, _) in zip(drafts, ks, candidates, strict=True):
         if k == 0:
             spec.idle_steps += 1
-            if spec.idle_steps < PROBE_EVERY or _room(sched, len(decoding)) - added < 1:
+            if not probing or spec.idle_steps < PROBE_EVERY or _room(sched, len(decoding)) - added < 1:
                 continue
             k = 1
         spec.idle_steps = 0
@@ -96,21 +98,21 @@ def draft_asks(sched: _Sched, chunks: list[BatchChunk], n_decoding: int) -> list
     if not candidates:
         return []
     config = sched.config
+    # The next step decodes every request that samples in this one (those still reading their
+    # prompts join later): drafts are planned for that step, and probes allowed as it allows.
+    n_next = max(n_decoding, sum(1 for chunk in chunks if chunk.sample), 1)
     ks = plan_drafts(
-        candidates,
-        max(n_decoding, 1),
-        config.spec_token_cost,
-        config.step_token_budget,
-        config.draft_token_cost,
+        candidates, n_next, config.spec_token_cost, config.step_token_budget, config.draft_token_cost
     )
     asks = []
+    probing = may_probe(n_next, config.spec_token_cost, config.draft_token_cost)
     for (seq_id, state), k, (spec, cap) in zip(states, ks, candidates, strict=True):
         # A new request is due a probe (SpecState.idle_steps): the step that samples its first
         # token asks the draft model, which so reads the prompt inside the prompt's time (as
         # llama-server's does), not between two of the request's tokens PROBE_EVERY steps later.
         if k == 0:
             spec.idle_steps += 1
-            if spec.idle_steps < PROBE_EVERY:
+            if not probing or spec.idle_steps < PROBE_EVERY:
                 continue
             k = 1
         if k > 0:

@@ -113,6 +113,18 @@ def plan_drafts(
     return ks
 
 
+def may_probe(n_decoding: int, token_cost: float, draft_cost: float = 0.0) -> bool:
+    """Whether a request whose estimate is under the bar may probe in a step of `n_decoding`
+    one-token decodes. Alone, always: a probe then delays nobody else, and it is how a request
+    learns that its text turned copyable. Beside other streams, only where a draft token certain
+    to be accepted (q = 1) would pay for its place (plan_drafts' test): otherwise a probe can only
+    cost, and a draft model's first probe reads the request's whole prompt, stalling every stream."""
+    if n_decoding <= 1:
+        return True
+    r = max(token_cost, 1e-6)
+    return 1.0 + (n_decoding - 1) * r > MARGIN * (r + draft_cost) * n_decoding
+
+
 def token_cost_from(decode_s: float, per_token_s: float, default: float = 0.15) -> float:
     """r for `SchedulerConfig.spec_token_cost` from measured step times (the default where they
     are not believable)."""

@@ -16,7 +16,7 @@ from sched_harness import Harness, greedy
 from outpost.messages import RequestRejected, SamplingParams, SpecParams, SpecRequest
 from outpost.scheduler import SchedulerConfig
 from outpost.scheduler.drafters import NgramMod, NgramSimple
-from outpost.scheduler.speculation import SpecState, plan_drafts
+from outpost.scheduler.speculation import SpecState, may_probe, plan_drafts
 
 NGRAM_SIMPLE = SpecRequest("ngram-simple", n_max=16)
 NGRAM_MOD = SpecRequest("ngram-mod", n_max=16)
@@ -282,6 +282,17 @@ def test_speculation_turns_off_when_the_step_is_compute_bound() -> None:
     assert plan_drafts([(s, 16) for s in states], 8, 1.0, 1000) == [0] * 8
 
 
+def test_probes_stop_where_even_a_certain_draft_cannot_pay() -> None:
+    # n-gram drafts cost the step a token's place only: probes go on at 8 and 16 streams.
+    assert may_probe(8, 0.25) and may_probe(16, 0.25)
+    # Where one more token costs as much as a step, not beside another stream.
+    assert not may_probe(2, 1.0)
+    # A draft model costing 0.6 of a target step pays alone, not beside another stream.
+    assert may_probe(2, 0.25, 0.1) and not may_probe(2, 0.25, 0.6)
+    # Alone a request always may: it delays nobody (a draft model as dear as the target too).
+    assert may_probe(1, 0.25, 0.6) and may_probe(1, 1.0, 1.0)
+
+
 def test_a_bad_drafter_costs_few_verified_tokens() -> None:
     """Drafts that are always wrong: after a few tries the request only probes now and then."""
     doc = document(100, seed=13)
@@ -320,6 +331,34 @@ def test_the_draft_model_reads_the_prompt_in_the_step_of_the_first_token() -> No
     assert h.token_ids(rid) == greedy_reference(prompt, 40)
     t = h.final(rid).timings
     assert t is not None and t.draft_n_accepted >= 1
+
+
+def test_a_dear_draft_model_is_not_asked_while_many_streams_decode() -> None:
+    """Four streams and a draft model whose step costs 0.7 of the target's: even a draft certain
+    to be right would not pay for its place in a 4-stream step, so no request probes (a probe
+    would make the draft model read the request's whole prompt, stalling all four). Once the
+    long request decodes alone it probes, and from then on drafts."""
+    prompts = [[*document(120, seed=40 + i), 27] for i in range(4)]
+    runner = FakeRunner()
+    asked: list[int] = []  # the step of each ask
+
+    def draft(history: list[int], n: int) -> list[int]:
+        asked.append(len(runner.steps) - 1)
+        return greedy_continuation(runner, history, n)  # always right
+
+    runner.draft_model = draft
+    h = Harness(config(draft_token_cost=0.7), runner)
+    lengths = [12, 12, 12, 80]
+    rids = [h.add(p, n, speculative=DRAFT, sampling=greedy()) for p, n in zip(prompts, lengths, strict=True)]
+    h.run()
+    sampling = [sum(1 for c in out.chunks if c.sample) for out in runner.steps]
+    alone = next(i for i, n in enumerate(sampling) if i > 0 and n == 1)
+    assert asked and min(asked) >= alone, (asked, sampling)
+    for rid, prompt, n in zip(rids, prompts, lengths, strict=True):
+        assert h.token_ids(rid) == greedy_reference(prompt, n)
+    t = h.final(rids[3]).timings
+    assert t is not None and t.draft_n_accepted > 0
+    assert all(h.final(r).timings.draft_n == 0 for r in rids[:3])  # type: ignore[union-attr]
 
 
 def test_a_draft_made_beside_a_verification_is_verified_next() -> None:
