@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
@@ -51,6 +50,7 @@ from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat, template_hash
 from outpost.cluster.intake import LANE, SHARED, Intake
 from outpost.cluster.outbox import Outboxes, step_batches
 from outpost.cluster.prefix import BLOCK, PrefixIndex
+from outpost.cluster.resume import ResumeUnanswered, ask_resume, continued, may_have_started
 from outpost.cluster.session import GATEWAY_GRACE_S, BrokerSession, survive_connection_loss
 from outpost.messages import (
     ContextExceeded,
@@ -68,47 +68,11 @@ _log = logging.getLogger("outpost.cluster.worker")
 
 SendBatch = Callable[[wire.ReplyBatch], Awaitable[None]]  # returns once the batch is confirmed
 
-RESUME_TIMEOUT_S = 10.0
 LOST_DRAIN_S = 30.0  # the requests of a lost connection end within an engine step of their abort
-
-
-class ResumeUnanswered(Exception):
-    """A gateway took the resume query but sent no answer: the request goes back to the broker."""
 
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-def continued(request: GenerateRequest, sent: list[int]) -> GenerateRequest:
-    """The rest of a request whose first tokens the client already has.
-
-    Those tokens go on the prompt and are marked as output (`n_resumed`): the engine counts them
-    against max_tokens and primes its stop-string and UTF-8 hold-back with their text."""
-    return dataclasses.replace(
-        request,
-        prompt_tokens=request.prompt_tokens + sent,
-        n_resumed=request.n_resumed + len(sent),
-    )
-
-
-def delivery_count(message: AbstractIncomingMessage) -> int:
-    """Earlier deliveries of this message (quorum queues count them in x-delivery-count)."""
-    count = (message.headers or {}).get("x-delivery-count")
-    if isinstance(count, int):
-        return count
-    return 1 if message.redelivered else 0
-
-
-def may_have_started(message: AbstractIncomingMessage) -> bool:
-    """Some worker may have sent tokens of this request: it was delivered before, here or in a
-    lane whose worker died (a lane dead-letters such a request at once, as "delivery_limit")."""
-    if delivery_count(message) > 0:
-        return True
-    deaths = (message.headers or {}).get("x-death")
-    return isinstance(deaths, list) and any(
-        isinstance(d, dict) and d.get("reason") == "delivery_limit" for d in deaths
-    )
 
 
 class Worker:
@@ -397,29 +361,14 @@ class Worker:
         return None
 
     async def _ask_resume(self, rid: str, reply_to: str) -> wire.ResumeState | None:
-        """What the client already has; None when its gateway is gone. Raises ResumeUnanswered when
-        the gateway is there but no answer came (the request goes back to the broker)."""
+        """What the client already has (resume.ask_resume); None when its gateway is gone."""
         future: asyncio.Future[wire.ResumeState] = asyncio.get_running_loop().create_future()
         self._resumes[rid] = future
         try:
-            for _ in range(int(GATEWAY_GRACE_S / 0.5) + 2):  # bounded: grace / retry interval
-                query = aio_pika.Message(
-                    wire.encode_resume_query(rid), reply_to=self._private, correlation_id=rid
-                )
-                try:
-                    await self._pub.default_exchange.publish(
-                        query, routing_key=reply_to, mandatory=True, timeout=10
-                    )
-                except PublishError:  # unroutable: gone, unless it may still be reconnecting
-                    if self._session.since_connected() >= GATEWAY_GRACE_S:
-                        return None
-                    await asyncio.sleep(0.5)
-                    continue
-                try:
-                    return await asyncio.wait_for(future, RESUME_TIMEOUT_S)
-                except TimeoutError as exc:
-                    raise ResumeUnanswered(rid) from exc
-            return None
+            exchange = self._pub.default_exchange
+            return await ask_resume(
+                exchange, self._private, rid, reply_to, future, self._session.since_connected
+            )
         finally:
             self._resumes.pop(rid, None)
 

@@ -1,0 +1,87 @@
+"""Resuming a request another worker had started: is it a redelivery, what does its client have,
+and the request that continues from there.
+
+A worker that dies leaves its unacked requests to the broker, which delivers them again (here or
+to another worker). Such a copy may have sent tokens already, so before running it the worker asks
+the gateway named in `reply_to` what the client already has (`resume?` on the gateway's reply
+queue, answered on the worker's private queue) and runs the prompt plus those tokens (`continued`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+
+import aio_pika
+from aio_pika.abc import AbstractExchange, AbstractIncomingMessage
+from aiormq.exceptions import PublishError
+
+from outpost.cluster import wire
+from outpost.cluster.session import GATEWAY_GRACE_S
+from outpost.messages import GenerateRequest
+
+RESUME_TIMEOUT_S = 10.0
+
+
+class ResumeUnanswered(Exception):
+    """A gateway took the resume query but sent no answer: the request goes back to the broker."""
+
+
+def continued(request: GenerateRequest, sent: list[int]) -> GenerateRequest:
+    """The rest of a request whose first tokens the client already has.
+
+    Those tokens go on the prompt and are marked as output (`n_resumed`): the engine counts them
+    against max_tokens and primes its stop-string and UTF-8 hold-back with their text."""
+    return dataclasses.replace(
+        request,
+        prompt_tokens=request.prompt_tokens + sent,
+        n_resumed=request.n_resumed + len(sent),
+    )
+
+
+def delivery_count(message: AbstractIncomingMessage) -> int:
+    """Earlier deliveries of this message (quorum queues count them in x-delivery-count)."""
+    count = (message.headers or {}).get("x-delivery-count")
+    if isinstance(count, int):
+        return count
+    return 1 if message.redelivered else 0
+
+
+def may_have_started(message: AbstractIncomingMessage) -> bool:
+    """Some worker may have sent tokens of this request: it was delivered before, here or in a
+    lane whose worker died (a lane dead-letters such a request at once, as "delivery_limit")."""
+    if delivery_count(message) > 0:
+        return True
+    deaths = (message.headers or {}).get("x-death")
+    return isinstance(deaths, list) and any(
+        isinstance(d, dict) and d.get("reason") == "delivery_limit" for d in deaths
+    )
+
+
+async def ask_resume(
+    exchange: AbstractExchange,
+    private_queue: str,
+    rid: str,
+    reply_to: str,
+    answer: asyncio.Future[wire.ResumeState],
+    since_connected: Callable[[], float],
+) -> wire.ResumeState | None:
+    """What the client of `rid` already has, asked of the gateway at `reply_to`; `answer` is set by
+    whoever reads `private_queue`. None when the gateway is gone (unroutable once this worker has
+    been connected for GATEWAY_GRACE_S: before that its reply queue may still be coming back).
+    Raises ResumeUnanswered when the gateway is there but no answer came."""
+    for _ in range(int(GATEWAY_GRACE_S / 0.5) + 2):  # bounded: grace / retry interval
+        query = aio_pika.Message(wire.encode_resume_query(rid), reply_to=private_queue, correlation_id=rid)
+        try:
+            await exchange.publish(query, routing_key=reply_to, mandatory=True, timeout=10)
+        except PublishError:  # unroutable: gone, unless it may still be reconnecting
+            if since_connected() >= GATEWAY_GRACE_S:
+                return None
+            await asyncio.sleep(0.5)
+            continue
+        try:
+            return await asyncio.wait_for(answer, RESUME_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise ResumeUnanswered(rid) from exc
+    return None
