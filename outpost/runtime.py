@@ -85,6 +85,7 @@ class Engine:
                     spec_token_cost=costs[0],
                     draft_model=draft is not None,
                     draft_token_cost=costs[1],
+                    draft_read_cost=costs[2],
                     ngram_simple=ngram_simple,
                 )
                 # The runner's own rendering of tokens: a resumed request's text is primed with it.
@@ -133,23 +134,30 @@ def _load_draft(config: EngineConfig, path: str | None, n_vocab: int) -> DraftMo
     return draft
 
 
-def _spec_costs(runner: ModelRunner, budget: PrefillBudget, enabled: bool) -> tuple[float, float]:
-    """(spec_token_cost, draft_token_cost) from step times measured here, where speculation is on
-    by default (else the defaults: a request that asks for it gets the rough model)."""
+def _spec_costs(runner: ModelRunner, budget: PrefillBudget, enabled: bool) -> tuple[float, float, float]:
+    """(spec_token_cost, draft_token_cost, draft_read_cost) from step times measured here, where
+    speculation is on by default (else the defaults: a request that asks for it gets the rough model)."""
     default = SchedulerConfig()
     if not enabled:
-        return default.spec_token_cost, default.draft_token_cost
+        return default.spec_token_cost, default.draft_token_cost, default.draft_read_cost
     times = budget.times or runner.measure_step_times()
     cost = (
         token_cost_from(times.decode_s, times.per_token_s) if times.believable() else default.spec_token_cost
     )
-    draft_cost = default.draft_token_cost
+    draft_cost, read_cost = default.draft_token_cost, default.draft_read_cost
     if runner.draft_model is not None and times.decode_s > 0:
-        draft_cost = min(max(runner.draft_model.measure_step_s() / times.decode_s, 0.01), 2.0)
+        draft = runner.draft_model.measure_step_times()
+        draft_cost = min(max(draft.decode_s / times.decode_s, 0.01), 2.0)
+        if draft.believable():
+            read_cost = min(max(draft.per_token_s / times.decode_s, 0.001), 2.0)
     _log.info(
-        "speculative decoding: a draft token costs %.3f of a decode step (draft model %.3f)", cost, draft_cost
+        "speculative decoding: a draft token costs %.3f of a decode step (draft model: %.3f a step, "
+        "%.4f a token read)",
+        cost,
+        draft_cost,
+        read_cost,
     )
-    return cost, draft_cost
+    return cost, draft_cost, read_cost
 
 
 def _prefill_budget(asked: Asked | None, runner: ModelRunner, n_slots: int) -> PrefillBudget:

@@ -11,12 +11,12 @@ decode for every asking sequence together.
 
 from __future__ import annotations
 
-import time
-
 from outpost.engine.batch import TokenBatch
 from outpost.engine.lib import llama
 from outpost.engine.logits import logits_row
 from outpost.engine.model import LoadedModel, ModelLoadError
+from outpost.engine.step_timing import measure_step_times
+from outpost.scheduler.budget import StepTimes
 from outpost.scheduler.output import BatchChunk, DraftAsk
 from outpost.scheduler.slots import common_prefix_len
 
@@ -96,16 +96,11 @@ class DraftModel:
             self.cached.setdefault(c.seq_id, []).extend(c.tokens)
         return rows
 
-    def measure_step_s(self, tries: int = 5) -> float:
-        """Seconds one draft step takes (a one-token decode, the fastest of a few tries)."""
-        best = float("inf")
-        for _ in range(tries):
-            started = time.perf_counter()
-            self._decode([BatchChunk(0, [0], 0, True)])
-            best = min(best, time.perf_counter() - started)
-            llama.llama_memory_seq_rm(self.model.memory, 0, -1, -1)
-            self.cached.pop(0, None)
-        return best
+    def measure_step_times(self) -> StepTimes:
+        """A draft step's and prompt chunks' times (as the target's are measured at start)."""
+        times = measure_step_times(self.model, self.batch)
+        self.cached.clear()
+        return times
 
     def close(self) -> None:
         self.model.close()

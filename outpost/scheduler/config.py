@@ -47,6 +47,8 @@ class SchedulerConfig:
         (the engine measures it at start): the price a draft token must be expected to repay.
     draft_model: a draft model is loaded (requests may use the `draft` type).
     draft_token_cost: what one draft model step costs, relative to a one-token target step.
+    draft_read_cost: what one more token in a draft model step costs (catching up a history it
+        has not read: a new request's prompt), relative to a one-token target step.
     ngram_simple: ngram-simple's n-gram and draft sizes (llama-server's --spec-ngram-simple-size-n
         and -m, whose defaults these are).
     """
@@ -65,6 +67,7 @@ class SchedulerConfig:
     spec_token_cost: float = 0.15
     draft_model: bool = False
     draft_token_cost: float = 0.5
+    draft_read_cost: float = 0.05
     ngram_simple: tuple[int, int] = (12, 48)
 
     def __post_init__(self) -> None:

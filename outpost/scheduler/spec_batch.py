@@ -14,7 +14,7 @@ from outpost.scheduler.config import SchedulerConfig
 from outpost.scheduler.drafters import Drafter
 from outpost.scheduler.output import BatchChunk, DraftAsk, RunnerOutput
 from outpost.scheduler.request import RequestState
-from outpost.scheduler.speculation import PROBE_EVERY, SpecState, may_probe, plan_drafts
+from outpost.scheduler.speculation import PROBE_EVERY, SpecState, catch_up_pays, may_probe, plan_drafts
 
 
 class _Sched(Protocol):
@@ -112,12 +112,27 @@ def draft_asks(sched: _Sched, chunks: list[BatchChunk], n_decoding: int) -> list
         # llama-server's does), not between two of the request's tokens PROBE_EVERY steps later.
         if k == 0:
             spec.idle_steps += 1
-            if not probing or spec.idle_steps < PROBE_EVERY:
+            if not probing or spec.idle_steps < PROBE_EVERY or not _catch_up_pays(config, state, spec):
                 continue
             k = 1
-        if k > 0:
-            asks.append(DraftAsk(seq_id, state.request_id, state.tokens, min(k, cap)))
+        spec.draft_seen = len(state.tokens)
+        asks.append(DraftAsk(seq_id, state.request_id, state.tokens, min(k, cap)))
     return asks
+
+
+def _catch_up_pays(config: SchedulerConfig, state: RequestState, spec: SpecState) -> bool:
+    """A probe past the first token by a request whose history the draft model never read (it was
+    not asked while other streams decoded) reads all of it first: only where that can pay. At the
+    first token the read falls inside the prompt's time, and after a read what is new is short."""
+    if spec.draft_seen > 0 or state.n_generated == 0:
+        return True
+    return catch_up_pays(
+        len(state.tokens),
+        state.budget - state.n_generated,
+        config.spec_token_cost,
+        config.draft_token_cost,
+        config.draft_read_cost,
+    )
 
 
 def keep_draft(state: RequestState, seq_id: int, result: RunnerOutput) -> None:

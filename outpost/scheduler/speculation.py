@@ -52,6 +52,8 @@ class SpecState:
     # Steps since its last verification. A new request starts due a probe: its first draft is
     # verified at once, so it learns from its own text from the start.
     idle_steps: int = PROBE_EVERY
+    # The history length the draft model had read at this request's last ask (0: none yet).
+    draft_seen: int = 0
 
     @property
     def p(self) -> float:
@@ -123,6 +125,16 @@ def may_probe(n_decoding: int, token_cost: float, draft_cost: float = 0.0) -> bo
         return True
     r = max(token_cost, 1e-6)
     return 1.0 + (n_decoding - 1) * r > MARGIN * (r + draft_cost) * n_decoding
+
+
+def catch_up_pays(n_behind: int, n_left: int, token_cost: float, draft_cost: float, read_cost: float) -> bool:
+    """Whether a draft model's probe could repay reading the `n_behind` tokens of the request's
+    history its KV lacks (`read_cost` each, relative to a target step) over the `n_left` tokens the
+    request may still sample: even a draft certain to be accepted saves at most 1 - (r + c) of a
+    step per token. A request near its end with a long unread prompt (one left alone at the end of
+    a busy pass) does not probe."""
+    saving = 1.0 - (max(token_cost, 1e-6) + draft_cost)
+    return n_left * saving > n_behind * read_cost
 
 
 def token_cost_from(decode_s: float, per_token_s: float, default: float = 0.15) -> float:

@@ -16,7 +16,7 @@ from sched_harness import Harness, greedy
 from outpost.messages import RequestRejected, SamplingParams, SpecParams, SpecRequest
 from outpost.scheduler import SchedulerConfig
 from outpost.scheduler.drafters import NgramMod, NgramSimple
-from outpost.scheduler.speculation import SpecState, may_probe, plan_drafts
+from outpost.scheduler.speculation import SpecState, catch_up_pays, may_probe, plan_drafts
 
 NGRAM_SIMPLE = SpecRequest("ngram-simple", n_max=16)
 NGRAM_MOD = SpecRequest("ngram-mod", n_max=16)
@@ -72,6 +72,7 @@ def run_all(
 def config(**kw: object) -> SchedulerConfig:
     base = {"n_slots": 4, "n_ctx": 4096, "n_ctx_seq": 1024, "step_token_budget": 256, "draft_model": True}
     base["draft_token_cost"] = 0.05  # the fake draft model costs nothing
+    base["draft_read_cost"] = 0.0
     base.update(kw)
     return SchedulerConfig(**base)  # type: ignore[arg-type]
 
@@ -287,6 +288,10 @@ def test_probes_stop_where_even_a_certain_draft_cannot_pay() -> None:
     assert may_probe(8, 0.25) and may_probe(16, 0.25)
     # Where one more token costs as much as a step, not beside another stream.
     assert not may_probe(2, 1.0)
+    # Reading 1,000 unread tokens at 0.05 a token (50 steps) against at most 1 - (0.15 + 0.5) of a
+    # step saved per token left: not with 100 left (35), yes with 200 (70).
+    assert not catch_up_pays(1000, 100, 0.15, 0.5, 0.05) and catch_up_pays(1000, 200, 0.15, 0.5, 0.05)
+    assert catch_up_pays(0, 1, 0.15, 0.5, 0.05)  # nothing to read: a probe costs only its draft
     # A draft model costing 0.6 of a target step pays alone, not beside another stream.
     assert may_probe(2, 0.25, 0.1) and not may_probe(2, 0.25, 0.6)
     # Alone a request always may: it delays nobody (a draft model as dear as the target too).
@@ -359,6 +364,30 @@ def test_a_dear_draft_model_is_not_asked_while_many_streams_decode() -> None:
     t = h.final(rids[3]).timings
     assert t is not None and t.draft_n_accepted > 0
     assert all(h.final(r).timings.draft_n == 0 for r in rids[:3])  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("read_cost, reads", [(0.0, True), (0.2, False)])
+def test_a_late_probe_reads_an_unread_prompt_only_where_that_can_pay(read_cost: float, reads: bool) -> None:
+    """Four streams, so nobody probes at the first token; the long request then decodes alone with
+    68 tokens to go and its 133-token history unread. Even a perfect draft saves at most
+    1 - (0.15 + 0.7) of a step per token (10 steps): a read at 0.2 of a step a token (27 steps)
+    cannot pay and is never made; a free one is."""
+    prompts = [[*document(120, seed=40 + i), 27] for i in range(4)]
+    runner = FakeRunner()
+    asked: list[int] = []
+
+    def draft(history: list[int], n: int) -> list[int]:
+        asked.append(len(history))
+        return greedy_continuation(runner, history, n)
+
+    runner.draft_model = draft
+    h = Harness(config(draft_token_cost=0.7, draft_read_cost=read_cost), runner)
+    lengths = [12, 12, 12, 80]
+    rids = [h.add(p, n, speculative=DRAFT, sampling=greedy()) for p, n in zip(prompts, lengths, strict=True)]
+    h.run()
+    assert bool(asked) == reads, asked
+    for rid, prompt, n in zip(rids, prompts, lengths, strict=True):
+        assert h.token_ids(rid) == greedy_reference(prompt, n)
 
 
 def test_a_draft_made_beside_a_verification_is_verified_next() -> None:
