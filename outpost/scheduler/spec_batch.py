@@ -115,7 +115,7 @@ def draft_asks(sched: _Sched, chunks: list[BatchChunk], n_decoding: int) -> list
             if not probing or spec.idle_steps < PROBE_EVERY or not _catch_up_pays(config, state, spec):
                 continue
             k = 1
-        spec.draft_seen = len(state.tokens)
+        spec.draft_asked = True
         asks.append(DraftAsk(seq_id, state.request_id, state.tokens, min(k, cap)))
     return asks
 
@@ -124,7 +124,7 @@ def _catch_up_pays(config: SchedulerConfig, state: RequestState, spec: SpecState
     """A probe past the first token by a request whose history the draft model never read (it was
     not asked while other streams decoded) reads all of it first: only where that can pay. At the
     first token the read falls inside the prompt's time, and after a read what is new is short."""
-    if spec.draft_seen > 0 or state.n_generated == 0:
+    if spec.draft_asked or state.n_generated == 0:
         return True
     return catch_up_pays(
         len(state.tokens),

@@ -52,8 +52,9 @@ class SpecState:
     # Steps since its last verification. A new request starts due a probe: its first draft is
     # verified at once, so it learns from its own text from the start.
     idle_steps: int = PROBE_EVERY
-    # The history length the draft model had read at this request's last ask (0: none yet).
-    draft_seen: int = 0
+    # The draft model has been asked for this request, so its KV holds the history but what came
+    # since its last ask.
+    draft_asked: bool = False
 
     @property
     def p(self) -> float:
