@@ -18,13 +18,17 @@
 #   9. the docs table from those files (benchmarks/gpu_report.py) -> table.md
 # --setup-only: steps 1-6, then the environment for later commands in $BUILD/env.sh (diagnostics);
 # --skip-greedy: no step 7 (a second call on a warm machine, for the serve levels alone).
+# --resume: reuse what an earlier call on this (warm) machine finished with the same options (its
+# greedy.json, ready.txt and each serve level, kept in $BUILD/done-*), copy it to $OUT and run the
+# rest: after a call stopped at its limit, the same call with --resume goes on where it stopped.
+# The model (step 6) is written in the background while llama.cpp builds (it needs no llama.cpp).
 # --cpu: the same steps with a CPU build and no nvidia-smi (to check the plumbing where there is no
 # GPU; e.g. --cpu --shape tiny --quant q8_0 --levels 1,2 --no-wheels with the project's venv).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 MODE=cuda SHAPE=smollm2-1.7b QUANT=f16 LEVELS=1,32,64 PARALLEL=64 NGL=99 WHEELS=1
-PROMPTS=16 TOKENS=64 REQUESTS="" THREADS=${THREADS:-8} SETUP_ONLY=0 GREEDY=1
+PROMPTS=16 TOKENS=64 REQUESTS="" THREADS=${THREADS:-8} SETUP_ONLY=0 GREEDY=1 RESUME=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu) MODE=cpu ;;
@@ -39,6 +43,7 @@ while [ $# -gt 0 ]; do
     --no-wheels) WHEELS=0 ;;
     --setup-only) SETUP_ONLY=1 ;;
     --skip-greedy) GREEDY=0 ;;
+    --resume) RESUME=1 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -49,7 +54,10 @@ OUT=${OUT:-$ROOT/bench-results/gpu-$(date +%Y%m%d-%H%M%S)}
 WORK=$BUILD/run-$(date +%Y%m%d-%H%M%S)
 SITE=$BUILD/site-$MODE
 PY=${PYTHON:-python3}
-mkdir -p "$OUT" "$WORK" "$BUILD/models"
+# What this call finishes, kept for a --resume call on the same machine (keyed by the options).
+DONE=$BUILD/done-$MODE-$SHAPE-$QUANT-ngl$NGL-np$PARALLEL-t$THREADS-p$PROMPTS-n$TOKENS-r${REQUESTS:-default}
+mkdir -p "$OUT" "$WORK" "$BUILD/models" "$DONE"
+[ "$RESUME" = 1 ] || rm -f "$DONE"/*  # a fresh call: nothing of an earlier one is reused
 export PYTHONUNBUFFERED=1
 
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/progress.log" >&2; }
@@ -109,6 +117,9 @@ fi
 env_json python "\"$("$PY" -c 'import sys; print(sys.version.split()[0])')\""
 env_json cpus "$(nproc)"
 log "$(cat "$OUT/env.json")"
+if [ "$MODE" = cuda ]; then  # an earlier call's processes still on the card would skew the figures
+  log "processes on the GPU: $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ' ')"
+fi
 
 if [ "$WHEELS" = 1 ]; then
   step "2. wheels -> $SITE"
@@ -116,6 +127,15 @@ if [ "$WHEELS" = 1 ]; then
     "$CARRY"/wheels/*.whl > "$WORK/pip.log" 2>&1 || fail "$WORK/pip.log"
 fi
 export PYTHONPATH=$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}
+
+# Step 6 starts here, in the background: `outpost models synth` loads no llama.cpp (numpy and gguf).
+MODEL=$BUILD/models/$SHAPE-$QUANT.gguf
+synth_pid=""
+if [ ! -f "$MODEL" ]; then
+  log "6. model $SHAPE $QUANT: written in the background during steps 3-5"
+  "$PY" -m outpost.cli models synth --shape "$SHAPE" --quant "$QUANT" -o "$MODEL.tmp" > "$WORK/synth.log" 2>&1 &
+  synth_pid=$!
+fi
 
 step "3. llama.cpp ($MODE), built once"
 B=${LLAMA_BUILD_DIR:-$BUILD/$MODE}  # LLAMA_BUILD_DIR: an existing build with bin/llama-server
@@ -133,8 +153,9 @@ elif [ ! -x "$B/bin/llama-server" ]; then
   cmake -S "$CARRY/llama-cpp-python/vendor/llama.cpp" -B "$B" -G Ninja $flags > "$WORK/build.log" 2>&1 \
     || fail "$WORK/build.log"
   ninja -C "$B" llama llama-server >> "$WORK/build.log" 2>&1 || fail "$WORK/build.log"
-  env_json build_seconds "$(($(date +%s) - start))"
+  echo "$(($(date +%s) - start))" > "$B/build_seconds"
 fi
+[ -f "$B/build_seconds" ] && env_json build_seconds "$(cat "$B/build_seconds")"
 env_json cmake_flags "\"$flags\""
 log "built: $(ls "$B/bin" | tr '\n' ' ')"
 
@@ -157,10 +178,8 @@ env_json devices "$devices"
 log "5. devices: $("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"])' "$OUT/env.json")"
 
 step "6. model: $SHAPE $QUANT"
-MODEL=$BUILD/models/$SHAPE-$QUANT.gguf
-if [ ! -f "$MODEL" ]; then
-  "$PY" -m outpost.cli models synth --shape "$SHAPE" --quant "$QUANT" -o "$MODEL.tmp" > "$WORK/synth.log" 2>&1 \
-    || fail "$WORK/synth.log"
+if [ -n "$synth_pid" ]; then
+  wait "$synth_pid" || fail "$WORK/synth.log"
   mv "$MODEL.tmp" "$MODEL"
 fi
 env_json model "\"$(basename "$MODEL") $(stat -c %s "$MODEL") bytes\""
@@ -172,11 +191,15 @@ if [ "$SETUP_ONLY" = 1 ]; then
 fi
 
 step "7. greedy ids, -ngl $NGL on both"
-if [ "$GREEDY" = 1 ]; then
+if [ "$GREEDY" = 1 ] && [ "$RESUME" = 1 ] && [ -f "$DONE/greedy.json" ]; then
+  cp "$DONE/greedy.json" "$OUT/greedy.json"
+  log "greedy: from an earlier call on this machine ($DONE)"
+elif [ "$GREEDY" = 1 ]; then
   "$PY" benchmarks/gpu_greedy.py --model "$MODEL" --llama-server "$B/bin/llama-server" --ngl "$NGL" \
     --prompts "$PROMPTS" --tokens "$TOKENS" --threads "$THREADS" --out "$OUT/greedy.json" \
     > "$WORK/greedy.out" 2> "$WORK/greedy.log" || fail "$WORK/greedy.log"
   log "greedy: $(tail -1 "$WORK/greedy.out")"
+  cp "$OUT/greedy.json" "$DONE/greedy.json"
 fi
 
 step "7b. ready lines: -ngl auto sized from the card; -sm row (one GPU: accepted, nothing to split)"
@@ -194,23 +217,38 @@ ready_line() {  # outpost serve ARGS... until its ready line (or 300 s), then st
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }
-ready_line -ngl auto
-ready_line -ngl "$NGL" -sm row -np 4 -c 4096
+if [ "$RESUME" = 1 ] && [ -f "$DONE/ready.txt" ]; then
+  cp "$DONE/ready.txt" "$OUT/ready.txt"
+  log "ready lines: from an earlier call on this machine ($DONE)"
+else
+  ready_line -ngl auto
+  ready_line -ngl "$NGL" -sm row -np 4 -c 4096
+  cp "$OUT/ready.txt" "$DONE/ready.txt"
+fi
 log "$(cat "$OUT/ready.txt")"
 
 step "8. serve at $LEVELS streams"
 for level in ${LEVELS//,/ }; do
+  if [ "$RESUME" = 1 ] && [ -f "$DONE/serve-$level.json" ]; then
+    cat "$DONE/serve-$level.json" >> "$OUT/serve.jsonl"
+    cat "$DONE/logs-$level.txt" >> "$OUT/logs.txt" 2>/dev/null || true
+    log "level $level: from an earlier call on this machine ($DONE)"
+    continue
+  fi
   extra=()
   [ -n "$REQUESTS" ] && extra=(--requests "$REQUESTS" --warmup "$level")
   LLAMA_SERVER=$B/bin/llama-server "$PY" benchmarks/serve.py --model "$MODEL" --ngl "$NGL" \
     --parallel "$PARALLEL" --threads "$THREADS" --levels "$level" --rounds 1 --scenarios throughput \
     --no-llama-cpp-python --out "$WORK/serve-$level" "${extra[@]}" \
     > "$WORK/serve-$level.out" 2> "$WORK/serve-$level.log" || fail "$WORK/serve-$level.log"
-  tail -1 "$WORK/serve-$level.out" >> "$OUT/serve.jsonl"
+  tail -1 "$WORK/serve-$level.out" > "$DONE/serve-$level.json"
+  : > "$DONE/logs-$level.txt"
+  cat "$DONE/serve-$level.json" >> "$OUT/serve.jsonl"
   log "level $level: $(tail -1 "$WORK/serve-$level.out" | cut -c1-400)"
   for f in "$WORK/serve-$level"/logs/*.log; do
-    { echo "== $level $(basename "$f")"; grep -iE "ready|offload|CUDA|error|warn" "$f" | head -20; } >> "$OUT/logs.txt" || true
+    { echo "== $level $(basename "$f")"; grep -iE "ready|offload|CUDA|error|warn" "$f" | head -20; } >> "$DONE/logs-$level.txt" || true
   done
+  cat "$DONE/logs-$level.txt" >> "$OUT/logs.txt" 2>/dev/null || true
 done
 
 step "9. table"
