@@ -121,6 +121,8 @@ class LocalBackend:
             f"{self.n_ctx_seq} positions per request, {_weights(model.config)}, {kv}, "
             f"{self.engine.prefill_budget.describe()}"
         )
+        if self.engine.spec_costs is not None:
+            serving += f"; {self.engine.spec_costs.describe()}"
         if self.engine.kernels is not None:
             serving += f"; auto kernels: {self.engine.kernels.describe()}"
         return {**model.describe(), "serving": serving}

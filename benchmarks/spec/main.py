@@ -95,7 +95,7 @@ def _arms(args: argparse.Namespace) -> list[Arm]:
 
 
 class Servers:
-    """Every arm's server, started together and stopped together."""
+    """Every arm's server, started one after another and stopped together."""
 
     def __init__(self, arms: list[Arm], args: argparse.Namespace, logs: Path) -> None:
         binary = None if args.no_llama_server else llama_server_binary()
@@ -112,12 +112,13 @@ class Servers:
             )
             self.procs.append(subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT))
             self.urls[arm.label] = f"http://127.0.0.1:{port}"
-        try:
-            for proc, url in zip(self.procs, self.urls.values(), strict=True):
-                wait_ready(url, proc, 600)
-        except BaseException:
-            self.stop()
-            raise
+            # One at a time: Outpost measures step costs at start (prefill budget, speculation's
+            # prices), which servers starting together would measure on a shared, busy CPU.
+            try:
+                wait_ready(self.urls[arm.label], self.procs[-1], 600)
+            except BaseException:
+                self.stop()
+                raise
 
     def stop(self) -> None:
         for proc in self.procs:

@@ -62,8 +62,8 @@ class DraftModel:
     def _catch_up(self, histories: dict[int, list[int]]) -> dict[int, int] | None:
         """Evaluates what each sequence's KV lacks of its history; seq id -> its last row.
 
-        Everything but each history's last token first, in as many decodes as n_batch needs, then
-        every last token in one decode: a decode's logits replace the one before's, so the rows
+        Everything but each history's last token first, in as many decodes as n_batch needs, and
+        every last token in the final one: a decode's logits replace the one before's, so the rows
         returned must all come from the final decode."""
         mem = self.model.memory
         bulk: list[BatchChunk] = []
@@ -77,7 +77,13 @@ class DraftModel:
             if len(history) - 1 > keep:
                 bulk.append(BatchChunk(seq, history[keep:-1], keep, False))
             last.append(BatchChunk(seq, history[-1:], len(history) - 1, True))
-        for step in _batches(bulk, self.model.n_batch):
+        steps = _batches(bulk, self.model.n_batch)
+        # The last tokens ride in the bulk's final decode where they fit: after a verified draft
+        # a history is typically two tokens ahead (the last draft token and the one sampled after
+        # it), and a decode apart for one of them was a draft step in three.
+        if steps and sum(len(c.tokens) for c in steps[-1]) + len(last) <= self.model.n_batch:
+            last = steps.pop() + last
+        for step in steps:
             if self._decode(step) is None:
                 return None
         return self._decode(last)

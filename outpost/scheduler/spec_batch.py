@@ -108,8 +108,8 @@ def draft_asks(sched: _Sched, chunks: list[BatchChunk], n_decoding: int) -> list
     probing = may_probe(n_next, config.spec_token_cost, config.draft_token_cost)
     for (seq_id, state), k, (spec, cap) in zip(states, ks, candidates, strict=True):
         # A new request is due a probe (SpecState.idle_steps): the step that samples its first
-        # token asks the draft model, which so reads the prompt inside the prompt's time (as
-        # llama-server's does), not between two of the request's tokens PROBE_EVERY steps later.
+        # token asks the draft model where reading the prompt can pay, not PROBE_EVERY steps
+        # later, when the read would fall between two of the request's tokens.
         if k == 0:
             spec.idle_steps += 1
             if not probing or spec.idle_steps < PROBE_EVERY or not _catch_up_pays(config, state, spec):
@@ -121,10 +121,11 @@ def draft_asks(sched: _Sched, chunks: list[BatchChunk], n_decoding: int) -> list
 
 
 def _catch_up_pays(config: SchedulerConfig, state: RequestState, spec: SpecState) -> bool:
-    """A probe past the first token by a request whose history the draft model never read (it was
-    not asked while other streams decoded) reads all of it first: only where that can pay. At the
-    first token the read falls inside the prompt's time, and after a read what is new is short."""
-    if spec.draft_asked or state.n_generated == 0:
+    """A request's first ask makes the draft model read its whole history (the prompt, at the first
+    token; more if it was not asked while other streams decoded): only where that can pay. The
+    read's time counts as much at the first token as later (it delays that token, and every other
+    stream's step). After a read, what is new is short."""
+    if spec.draft_asked:
         return True
     return catch_up_pays(
         len(state.tokens),

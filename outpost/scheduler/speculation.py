@@ -138,6 +138,25 @@ def catch_up_pays(n_behind: int, n_left: int, token_cost: float, draft_cost: flo
     return n_left * saving > n_behind * read_cost
 
 
+@dataclass(frozen=True)
+class SpecCosts:
+    """Speculation's prices, each relative to a one-token target step (SchedulerConfig's
+    spec_token_cost, draft_token_cost, draft_read_cost), and how they were found: the ready line
+    says them, since whether a draft model is ever asked follows from them."""
+
+    token: float
+    draft: float
+    read: float
+    draft_model: bool
+    source: str  # "measured", or why a default stands
+
+    def describe(self) -> str:
+        text = f"speculation: a draft token {self.token:.2f} of a step"
+        if self.draft_model:
+            text += f", the draft model {self.draft:.2f} a step and {self.read:.3f} a token read"
+        return f"{text} ({self.source})"
+
+
 def token_cost_from(decode_s: float, per_token_s: float, default: float = 0.15) -> float:
     """r for `SchedulerConfig.spec_token_cost` from measured step times (the default where they
     are not believable)."""

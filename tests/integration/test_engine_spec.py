@@ -11,12 +11,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
+import outpost.runtime
 from outpost.engine.config import EngineConfig
 from outpost.engine.draft_model import DraftModel
 from outpost.engine.model import LoadedModel
 from outpost.messages import GenerateRequest, SamplingParams, SpecParams, SpecRequest, TokenEvent
 from outpost.runtime import Engine
 from outpost.scheduler.output import DraftAsk
+from outpost.scheduler.speculation import SpecCosts
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, n_probs=2)
 NEAR_TIE = 0.05  # logits: a parting where the best two were further apart is a real difference
@@ -32,6 +36,16 @@ def _config(model: Path, n_batch: int = 128) -> EngineConfig:
         kv_cache_type="f32",
         flash_attn="off",
     )
+
+
+@pytest.fixture
+def cheap_draft(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny model drafting for itself costs a whole target step (measured at start), so the
+    engine rightly never asks it (`catch_up_pays`: not even a perfect draft could repay reading a
+    prompt). These tests check the mechanism, not the economics: the draft is priced as a small
+    one would be."""
+    costs = SpecCosts(0.1, 0.1, 0.001, True, "priced for the test")
+    monkeypatch.setattr(outpost.runtime, "_spec_costs", lambda *_: costs)
 
 
 def _engine(model: Path, **kw: object) -> Engine:
@@ -86,6 +100,7 @@ def test_ngram_speculation_keeps_greedy_output(tiny_model: Path) -> None:
     assert same >= 3, f"only {same} of 4 greedy outputs identical"
 
 
+@pytest.mark.usefixtures("cheap_draft")
 def test_draft_model_speculation(tiny_model: Path) -> None:
     """The target as its own draft model: the same network, so nearly every draft token is kept."""
     with _engine(
@@ -96,6 +111,7 @@ def test_draft_model_speculation(tiny_model: Path) -> None:
     assert same >= 3
 
 
+@pytest.mark.usefixtures("cheap_draft")
 def test_a_grammar_sees_accepted_tokens_in_order(tiny_model: Path) -> None:
     """A grammar-constrained request verifies drafts (the draft model knows no grammar) and says
     what it says without speculation."""
@@ -146,3 +162,29 @@ def test_a_draft_catch_up_longer_than_a_batch_drafts_from_the_right_logits(tiny_
         assert draft.draft(asks, {}) == first
     finally:
         draft.close()
+
+
+def test_a_draft_of_n_tokens_takes_n_draft_model_decodes(tiny_model: Path) -> None:
+    """After a verified draft a history is two tokens ahead of the draft KV (the last draft token
+    and the one sampled after it): the catch-up and the first draft token share one decode, so a
+    draft of n tokens costs n draft-model decodes (it once cost n + 1), and it is the draft a
+    draft model reading the whole history fresh makes."""
+    histories = [[10 + (7 * i + s) % 200 for i in range(n)] for s, n in enumerate((40, 25))]
+    ahead = [[*h, 5, 6] for h in histories]
+    model = LoadedModel(_config(tiny_model))
+    draft = DraftModel(model, model.vocab.n_tokens)
+    other = LoadedModel(_config(tiny_model))
+    fresh = DraftModel(other, other.vocab.n_tokens)
+    decodes: list[int] = []
+    decode = draft._decode
+    draft._decode = lambda chunks: decodes.append(len(chunks)) or decode(chunks)  # type: ignore[method-assign]
+    try:
+        draft.draft([DraftAsk(seq, f"r{seq}", h, 4) for seq, h in enumerate(histories)], {})
+        decodes.clear()
+        second = draft.draft([DraftAsk(seq, f"r{seq}", h, 4) for seq, h in enumerate(ahead)], {})
+        assert len(decodes) == 4, decodes
+        expected = fresh.draft([DraftAsk(seq, f"r{seq}", h, 4) for seq, h in enumerate(ahead)], {})
+        assert second == expected
+    finally:
+        draft.close()
+        fresh.close()

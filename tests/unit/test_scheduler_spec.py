@@ -338,6 +338,32 @@ def test_the_draft_model_reads_the_prompt_in_the_step_of_the_first_token() -> No
     assert t is not None and t.draft_n_accepted >= 1
 
 
+@pytest.mark.parametrize("read_cost, asks", [(0.0, True), (0.2, False)])
+def test_a_long_prompt_is_read_into_the_draft_model_only_where_that_can_pay(
+    read_cost: float, asks: bool
+) -> None:
+    """One stream, a 301-token prompt and 40 tokens to sample. Even a draft certain to be right
+    saves at most 1 - (0.15 + 0.7) of a step a token (6 steps in all): reading the prompt at 0.2
+    of a step a token (60 steps) cannot pay, so the draft model is never asked, not even at the
+    first token (where it once always was); a free read is made there."""
+    prompt = [*document(300, seed=21), 27]
+    runner = FakeRunner()
+    asked: list[int] = []
+
+    def draft(history: list[int], n: int) -> list[int]:
+        asked.append(len(history))
+        return greedy_continuation(runner, history, n)
+
+    runner.draft_model = draft
+    h = Harness(config(draft_token_cost=0.7, draft_read_cost=read_cost), runner)
+    rid = h.add(prompt, 40, speculative=DRAFT, sampling=greedy())
+    h.run()
+    assert bool(asked) == asks, asked
+    if asks:
+        assert asked[0] == len(prompt) + 1  # at the first token
+    assert h.token_ids(rid) == greedy_reference(prompt, 40)
+
+
 def test_a_dear_draft_model_is_not_asked_while_many_streams_decode() -> None:
     """Four streams and a draft model whose step costs 0.7 of the target's: even a draft certain
     to be right would not pay for its place in a 4-stream step, so no request probes (a probe
