@@ -65,7 +65,7 @@ def _add_run_parser(sub: Any) -> None:
     p.add_argument("-c", "--ctx-size", type=int, help="context size (default: trained context, max 8192)")
     p.add_argument("-t", "--threads", type=int, help="CPU threads (default: all this process may use)")
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers to offload to GPU")
-    p.add_argument("-sm", "--split-mode", choices=["none", "layer", "row"], default="layer")
+    p.add_argument("-sm", "--split-mode", choices=["none", "layer", "row", "tensor"], default="layer")
     p.add_argument("--temp", type=float, help="temperature (0 = greedy; default 0.8)")
     p.add_argument("--top-k", type=int, default=40)
     p.add_argument("--top-p", type=float, default=0.95)

@@ -75,7 +75,7 @@ class EngineConfig(BaseModel):
         ge=-1,
         description="layers offloaded to GPU; -1 = all (sizing resolves -ngl to -1 when it covers all)",
     )
-    split_mode: Literal["none", "layer", "row"] = "layer"
+    split_mode: Literal["none", "layer", "row", "tensor"] = "layer"
     main_gpu: int = Field(0, ge=0)
     tensor_split: tuple[float, ...] = ()
     flash_attn: Literal["auto", "on", "off"] = "auto"

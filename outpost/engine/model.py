@@ -23,7 +23,7 @@ from outpost.engine.vocab import Vocab
 
 _log = logging.getLogger(__name__)
 
-_SPLIT_MODES = {"none": llama.LLAMA_SPLIT_MODE_NONE, "layer": 1, "row": 2}
+_SPLIT_MODES = {"none": llama.LLAMA_SPLIT_MODE_NONE, "layer": 1, "row": 2, "tensor": 3}  # llama.h's values
 _FLASH_ATTN = {
     "auto": llama.LLAMA_FLASH_ATTN_TYPE_AUTO,
     "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,

@@ -80,12 +80,13 @@ class EngineSettings(Block):
         "GPU memory holds (none on a CPU-only llama.cpp build)",
         parse=int_or_auto,
     )
-    split_mode: Literal["none", "layer", "row"] = setting(
+    split_mode: Literal["none", "layer", "row", "tensor"] = setting(
         "layer",
         "-sm",
         "--split-mode",
-        help="how layers spread over several GPUs (default layer)",
-        choices=("none", "layer", "row"),
+        help="how the model spreads over several GPUs (default layer; tensor: llama.cpp's experimental "
+        "tensor parallelism)",
+        choices=("none", "layer", "row", "tensor"),
     )
     batch_size: int = setting(
         512, "-b", "--batch-size", help="tokens per decode step (default 512)", parse=int, ge=1

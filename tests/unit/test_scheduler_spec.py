@@ -338,6 +338,19 @@ def test_the_draft_model_reads_the_prompt_in_the_step_of_the_first_token() -> No
     assert t is not None and t.draft_n_accepted >= 1
 
 
+def always_right_draft_model() -> tuple[FakeRunner, list[int]]:
+    """A runner whose draft model is always right, and the history length of each ask it gets."""
+    runner = FakeRunner()
+    asked: list[int] = []
+
+    def draft(history: list[int], n: int) -> list[int]:
+        asked.append(len(history))
+        return greedy_continuation(runner, history, n)
+
+    runner.draft_model = draft
+    return runner, asked
+
+
 @pytest.mark.parametrize("read_cost, asks", [(0.0, True), (0.2, False)])
 def test_a_long_prompt_is_read_into_the_draft_model_only_where_that_can_pay(
     read_cost: float, asks: bool
@@ -347,14 +360,7 @@ def test_a_long_prompt_is_read_into_the_draft_model_only_where_that_can_pay(
     of a step a token (60 steps) cannot pay, so the draft model is never asked, not even at the
     first token (where it once always was); a free read is made there."""
     prompt = [*document(300, seed=21), 27]
-    runner = FakeRunner()
-    asked: list[int] = []
-
-    def draft(history: list[int], n: int) -> list[int]:
-        asked.append(len(history))
-        return greedy_continuation(runner, history, n)
-
-    runner.draft_model = draft
+    runner, asked = always_right_draft_model()
     h = Harness(config(draft_token_cost=0.7, draft_read_cost=read_cost), runner)
     rid = h.add(prompt, 40, speculative=DRAFT, sampling=greedy())
     h.run()
@@ -399,14 +405,7 @@ def test_a_late_probe_reads_an_unread_prompt_only_where_that_can_pay(read_cost: 
     1 - (0.15 + 0.7) of a step per token (10 steps): a read at 0.2 of a step a token (27 steps)
     cannot pay and is never made; a free one is."""
     prompts = [[*document(120, seed=40 + i), 27] for i in range(4)]
-    runner = FakeRunner()
-    asked: list[int] = []
-
-    def draft(history: list[int], n: int) -> list[int]:
-        asked.append(len(history))
-        return greedy_continuation(runner, history, n)
-
-    runner.draft_model = draft
+    runner, asked = always_right_draft_model()
     h = Harness(config(draft_token_cost=0.7, draft_read_cost=read_cost), runner)
     lengths = [12, 12, 12, 80]
     rids = [h.add(p, n, speculative=DRAFT, sampling=greedy()) for p, n in zip(prompts, lengths, strict=True)]

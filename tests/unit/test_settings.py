@@ -78,7 +78,7 @@ def test_a_block_shared_by_two_commands_reads_the_same_there() -> None:
 def test_help_is_generated_with_the_variables(capsys: pytest.CaptureFixture[str]) -> None:
     for command, needles in {
         "serve": ["-np PARALLEL, --parallel PARALLEL", "[env: OUTPOST_SSE_KEEPALIVE]", "beyond the slots"],
-        "worker": ["-sm {none,layer,row}", "[env: OUTPOST_BROKER, OUTPOST_BROKER_URL]", "--worker-id"],
+        "worker": ["-sm {none,layer,row,tensor}", "[env: OUTPOST_BROKER, OUTPOST_BROKER_URL]", "--worker-id"],
         "gateway": ["--reasoning-format", "--no-webui", "per model in the broker", "-c CTX_SIZE"],
     }.items():
         with pytest.raises(SystemExit):
@@ -133,3 +133,5 @@ def test_worker_gains_split_mode_and_serve_keeps_its_spellings() -> None:
     args = _parse(["serve", "-a", "x", "-c", "64", "-t", "1", "-ngl", "0", "-b", "8", "-ub", "8"], {})
     engine = EngineSettings.from_args(args)
     assert (engine.model_id, engine.ctx_size, engine.threads, engine.batch_size) == ("x", 64, 1, 8)
+    # llama-server's four split modes, tensor (llama.cpp's experimental tensor parallelism) too
+    assert EngineSettings.from_args(_parse(["serve", "-sm", "tensor"], {})).split_mode == "tensor"
