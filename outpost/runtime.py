@@ -171,11 +171,10 @@ def _spec_costs(runner: ModelRunner, budget: PrefillBudget, enabled: bool) -> Sp
 
 def _draft_step_times(draft: DraftModel, tries: int = 3) -> StepTimes:
     """The draft model's step times, measured again (up to `tries` times) until believable."""
-    times = draft.measure_step_times()
-    for _ in range(tries - 1):
+    for _ in range(tries):
+        times = draft.measure_step_times()
         if times.believable():
             break
-        times = draft.measure_step_times()
     return times
 
 
