@@ -1,12 +1,13 @@
 """The gateway's side of the broker: `RemoteBackend`, an InferenceBackend whose engine is a fleet of workers.
 
 `GatewayLink` owns the connection and everything one gateway process shares across models: its
-reply queue, the table of live workers (from heartbeats), the dead-letter consumer, and the
-requests in flight. The gateway is the single arbiter of each request's outcome: replies carry
-(request id, attempt, seq) and only the next expected batch of the current attempt is forwarded;
-the tokens forwarded are remembered, so a worker that takes over a redelivered request can ask
-(`resume?`) and continue exactly where the client is. A reply batch with attempt -1 is the broker's
-verdict from the dead-letter queue (expired: 504; delivery limit: poison) and always ends the request.
+reply queue, the table of live workers (from heartbeats: fleet.py), the dead-letter consumer
+(verdicts.py), and the requests in flight. The gateway is the single arbiter of each request's
+outcome: replies carry (request id, attempt, seq) and only the next expected batch of the current
+attempt is forwarded; the tokens forwarded are remembered, so a worker that takes over a
+redelivered request can ask (`resume?`) and continue exactly where the client is. A reply batch
+with attempt -1 is the broker's verdict from the dead-letter queue (expired: 504; delivery limit:
+poison) and always ends the request.
 
 `submit()` returns only after the publisher confirm: a nack (the queue is at its length limit) is
 `QueueFull` (429), no broker is `BackendUnavailable` (503) at once. Embedding jobs take the same
@@ -21,7 +22,6 @@ import logging
 import time
 import uuid
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import aio_pika
@@ -31,25 +31,16 @@ from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 from outpost import tracing
 from outpost.cluster import topology, wire
 from outpost.cluster.embed import EmbedCalls
-from outpost.cluster.heartbeat import Heartbeat, decode_heartbeat
+from outpost.cluster.fleet import WorkerSeen, WorkerTable
 from outpost.cluster.inflight import Pending, nack_is_full, resubmit_silent
-from outpost.cluster.routing import Route, Router, WorkerView
-from outpost.cluster.session import GATEWAY_GRACE_S, OUTAGE_BOUND_S, BrokerSession, survive_connection_loss
-from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
+from outpost.cluster.routing import Route, Router
+from outpost.cluster.session import OUTAGE_BOUND_S, BrokerSession, survive_connection_loss
+from outpost.cluster.verdicts import BROKER_VERDICT, DEADLINE_GRACE_S, answer_dead, last_resort
+from outpost.messages import BackendUnavailable, GenerateRequest, QueueFull, TokenEvent
 
 _log = logging.getLogger("outpost.cluster.gateway")
 
 PUBLISH_TIMEOUT_S = 5.0
-DEADLINE_GRACE_S = 5.0  # past its deadline plus this, a request with no final reply times out here
-BROKER_VERDICT = -1  # the attempt number of a dead-letter queue's final reply
-
-
-@dataclass
-class WorkerSeen:
-    heartbeat: Heartbeat
-    view: WorkerView  # what routing reads (its prefixes as a set)
-    last_seen: float  # time.time() of its last heartbeat
-    seen_mono: float
 
 
 class GatewayLink:
@@ -71,7 +62,7 @@ class GatewayLink:
         self.gateway_id = gateway_id or uuid.uuid4().hex[:12]
         self.reply_name = topology.reply_queue(self.gateway_id)
         self.pending: dict[str, Pending] = {}
-        self.workers: dict[str, WorkerSeen] = {}
+        self.fleet = WorkerTable(self.models)
         self.depths: dict[str, int] = {}
         self.counters = {
             "resumes": 0,
@@ -185,7 +176,7 @@ class GatewayLink:
         now = time.monotonic()
         time_left = None if request.deadline is None else max(request.deadline - now, 0.001)
         router = self.routers[model]
-        route, hashes = router.route(request.prompt_tokens, self.worker_views(model), now, time_left)
+        route, hashes = router.route(request.prompt_tokens, self.fleet.views(model), now, time_left)
         body = wire.encode_request(request)
         try:
             if route.worker_id is not None and await self._publish_to_lane(route, body, request, time_left):
@@ -259,14 +250,6 @@ class GatewayLink:
         await self._pub.default_exchange.publish(
             message, routing_key=queue, mandatory=True, timeout=PUBLISH_TIMEOUT_S
         )
-
-    def worker_views(self, model: str) -> list[WorkerView]:
-        now = time.monotonic()
-        return [
-            s.view
-            for s in self.workers.values()
-            if s.view.model == model and now - s.seen_mono <= topology.WORKER_TTL_S
-        ]
 
     async def embed(self, model: str, job: wire.EmbedJob) -> wire.EmbedReply:
         """Publish an embedding job to the model's queue and wait for a worker's reply."""
@@ -364,63 +347,14 @@ class GatewayLink:
                 )
 
     async def _on_dead(self, message: AbstractIncomingMessage) -> None:
-        """A request the broker gave up on: send its one final error to its gateway."""
-        headers = message.headers or {}
-        reason = str(headers.get("x-first-death-reason", "rejected"))
-        rid = message.correlation_id or ""
-        if reason == "expired":
-            final = TokenEvent(
-                rid, finish_reason=FinishReason.TIMEOUT, error="the request's deadline passed in the queue"
-            )
-        else:
-            final = TokenEvent(
-                rid,
-                finish_reason=FinishReason.ERROR,
-                error=f"the request failed on {topology.DELIVERY_LIMIT + 1} workers and was given up (poison)"
-                if reason == "delivery_limit"
-                else f"the request was dropped by the broker ({reason})",
-            )
-        if message.reply_to and rid:
-            body = wire.encode_batch(wire.ReplyBatch(rid, BROKER_VERDICT, 0, [final]))
-            try:
-                await self._pub.default_exchange.publish(
-                    aio_pika.Message(body, correlation_id=rid),
-                    routing_key=message.reply_to,
-                    mandatory=True,
-                    timeout=10,
-                )
-            except PublishError:
-                if self._session is not None and self._session.since_connected() < GATEWAY_GRACE_S:
-                    # Its gateway may be re-declaring its reply queue after the same outage.
-                    await asyncio.sleep(0.5)
-                    await message.nack(requeue=True)
-                    return
-                # Else its gateway is gone: nobody to tell.
-        await message.ack()
+        """A request the broker gave up on: send its one final error to its gateway (verdicts.py)."""
+        assert self._session is not None  # consumed from _setup, which the session runs
+        await answer_dead(message, lambda: self._pub.default_exchange, self._session.since_connected)
 
     async def _on_status(self, message: AbstractIncomingMessage) -> None:
-        try:
-            hb = decode_heartbeat(message.body)
-        except wire.WireError as exc:
-            _log.warning("ignoring a status message: %s", exc)
-            return
-        if hb.model not in self.models:  # another model's worker: not this gateway's to route or show
-            return
-        view = WorkerView(
-            hb.worker_id,
-            hb.model,
-            hb.lane,
-            hb.slots_total,
-            hb.slots_busy,
-            hb.draining,
-            frozenset(hb.prefixes),
-            hb.prefill_tps,
-            hb.cache_blocks,
-        )
-        self.workers[hb.worker_id] = WorkerSeen(hb, view, time.time(), time.monotonic())
-        router = self.routers.get(hb.model)
-        if router is not None:
-            router.heartbeat(hb.worker_id)
+        hb = self.fleet.heard(message.body)
+        if hb is not None and hb.model in self.routers:
+            self.routers[hb.model].heartbeat(hb.worker_id)
 
     # -- background -----------------------------------------------------------------------------
 
@@ -439,57 +373,24 @@ class GatewayLink:
 
     async def _expire(self) -> None:
         """A last resort for a final reply that never comes: past a request's deadline (e.g. a
-        dead-letter lost with its broker), or the broker unreachable for OUTAGE_BOUND_S."""
+        dead-letter lost with its broker), or the broker unreachable for OUTAGE_BOUND_S (verdicts.py)."""
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
             outage = self._session is not None and self._session.down_for() > self.outage_bound_s
             for pending in list(self.pending.values()):
-                deadline = pending.request.deadline
-                if outage:
-                    error = f"the message broker has been unreachable for more than {self.outage_bound_s:g} s"
-                    event = TokenEvent(
-                        pending.request.request_id, finish_reason=FinishReason.ERROR, error=error
-                    )
-                elif deadline is not None and now > deadline + DEADLINE_GRACE_S:
-                    event = TokenEvent(
-                        pending.request.request_id, finish_reason=FinishReason.TIMEOUT, error="no reply"
-                    )
-                else:
-                    continue
-                self._deliver(pending, [event])
+                event = last_resort(pending.request, now, self.outage_bound_s if outage else None)
+                if event is not None:
+                    self._deliver(pending, [event])
+
+    # -- the live workers (fleet.py) ------------------------------------------------------------
+
+    @property
+    def workers(self) -> dict[str, WorkerSeen]:
+        return self.fleet.workers
 
     def n_ctx_seq(self, model: str) -> int | None:
-        """The positions per request every live, non-draining worker of `model` holds: the smallest
-        they report. None until one that reports it is seen (older workers report 0)."""
-        self.live_workers(model)  # forgets the expired ones
-        limits = [
-            s.heartbeat.n_ctx_seq
-            for s in self.workers.values()
-            if s.heartbeat.model == model and not s.heartbeat.draining and s.heartbeat.n_ctx_seq > 0
-        ]
-        return min(limits) if limits else None
+        return self.fleet.n_ctx_seq(model)
 
     def live_workers(self, model: str | None = None) -> list[dict[str, Any]]:
-        now = time.monotonic()
-        for wid in [w for w, s in self.workers.items() if now - s.seen_mono > topology.WORKER_TTL_S]:
-            del self.workers[wid]
-        return [
-            {
-                "id": s.heartbeat.worker_id,
-                "model": s.heartbeat.model,
-                "slots_total": s.heartbeat.slots_total,
-                "slots_busy": s.heartbeat.slots_busy,
-                "draining": s.heartbeat.draining,
-                "requests_done": s.heartbeat.requests_done,
-                "lane": s.heartbeat.lane,
-                "prefix_blocks": len(s.heartbeat.prefixes),
-                "prefill_tps": s.heartbeat.prefill_tps,
-                "n_ctx_seq": s.heartbeat.n_ctx_seq,
-                "kv_cells": s.heartbeat.kv_cells,
-                "chat_template": s.heartbeat.chat_template,
-                "last_seen": round(s.last_seen, 3),
-            }
-            for s in self.workers.values()
-            if model is None or s.heartbeat.model == model
-        ]
+        return self.fleet.live_workers(model)

@@ -8,18 +8,18 @@ serve would have answered, carried in the final event (`TokenEvent.error_param`)
 
 Pull balancing: the worker reads the model's shared queue and its own lane (requests a gateway
 routed to it for the prefix its KV holds) through exactly one single-message consumer per slot
-(intake.py), so it never holds more unacked requests than it can run; the rest wait in the
-broker. Its heartbeat says its load, its lane, and the block hashes of what its slots hold
-(prefix.py), which is what gateways route by. Each request's events (its backend's `EventStream`)
-are gathered while the previous reply's publisher confirm is awaited (`outbox.step_batches`), so a
-request sends at most one message per engine step (and fewer when steps are faster than a broker
-round trip); the batches of all requests bound for one gateway travel together, one bundle per
-confirm (outbox.py). Replies go to the gateway's queue with `mandatory`: one the broker cannot
-route means the gateway is gone, and the request is aborted. A request is acked only once its
-final reply is confirmed, so a worker that dies leaves it to the broker to redeliver; the next
-worker asks the gateway what the client already has (`resume?`) and continues from the prompt plus
-those tokens. Embedding jobs come on the same queue and are answered by `embed.answer` (one reply;
-a redelivered one is computed again).
+(intake.py), so it never holds more unacked requests than it can run; the rest wait in the broker.
+Its heartbeat says its load, its lane, and the block hashes of what its slots hold (prefix.py),
+which is what gateways route by. Each request runs in `runs.Runs`: its events (its backend's
+`EventStream`) are gathered while the previous reply's publisher confirm is awaited
+(`outbox.step_batches`), so a request sends at most one message per engine step (and fewer when
+steps are faster than a broker round trip); the batches of all requests bound for one gateway travel
+together, one bundle per confirm (outbox.py). Replies go to the gateway's queue with `mandatory`:
+one the broker cannot route means the gateway is gone, and the request is aborted. A request is
+acked only once its final reply is confirmed, so a worker that dies leaves it to the broker to
+redeliver; the next worker asks the gateway what the client already has (`resume?`) and continues
+from the prompt plus those tokens. Embedding jobs come on the same queue and are answered by
+`embed.answer` (one reply; a redelivered one is computed again).
 
 Decoding runs on the backend's engine thread; this event loop only moves messages (AMQP heartbeats keep
 flowing during long prefills).
@@ -35,7 +35,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import aio_pika
@@ -43,30 +43,22 @@ from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 from aiormq.exceptions import AMQPError, PublishError
 
 from outpost import tracing
-from outpost.backend import EventStream, InferenceBackend
+from outpost.backend import InferenceBackend
 from outpost.cluster import embed, topology, wire
 from outpost.cluster.cancels import CancelMemory
 from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat, template_hash
 from outpost.cluster.intake import LANE, SHARED, Intake
-from outpost.cluster.outbox import Outboxes, step_batches
+from outpost.cluster.outbox import Outboxes
 from outpost.cluster.prefix import BLOCK, PrefixIndex
 from outpost.cluster.resume import ResumeUnanswered, ask_resume, continued, may_have_started
-from outpost.cluster.session import GATEWAY_GRACE_S, BrokerSession, survive_connection_loss
-from outpost.messages import (
-    ContextExceeded,
-    FinishReason,
-    GenerateRequest,
-    QueueFull,
-    RequestRejected,
-    TokenEvent,
-)
+from outpost.cluster.runs import Runs, final_without_running
+from outpost.cluster.session import BrokerSession, survive_connection_loss
+from outpost.messages import TokenEvent
 
 if TYPE_CHECKING:
     from outpost.tracing import Tracer
 
 _log = logging.getLogger("outpost.cluster.worker")
-
-SendBatch = Callable[[wire.ReplyBatch], Awaitable[None]]  # returns once the batch is confirmed
 
 LOST_DRAIN_S = 30.0  # the requests of a lost connection end within an engine step of their abort
 
@@ -95,7 +87,6 @@ class Worker:
         self.slots = backend.stats().slots_total  # fixed for the engine's life: the intake's credit
         self._template = template_hash(backend.codec.chat_template_source)
         self.worker_id = worker_id or default_worker_id()
-        self._running: dict[str, EventStream] = {}
         self._cancels = CancelMemory()
         self._resumes: dict[str, asyncio.Future[wire.ResumeState]] = {}
         self._draining = False
@@ -110,6 +101,7 @@ class Worker:
         self._conn: AbstractConnection | None = None
         self._session = BrokerSession(self.urls, "", self._setup)  # replaced by run()'s
         self._outboxes = Outboxes(self._publish_reply)
+        self._runs = Runs(backend, self.worker_id, self._cancels, lambda: self._session.since_connected())
 
     @property
     def in_flight(self) -> int:
@@ -318,14 +310,14 @@ class Worker:
             attempt, seq = state.attempt, state.seq
             request = continued(request, state.token_ids)
             _log.warning("worker %s: resuming %s after %d tokens", self.worker_id, rid, len(state.token_ids))
-        await self._end_stale_copy(rid)
-        final = self._final_without_running(request)
+        await self._runs.end_stale_copy(rid)
+        final = final_without_running(request)
         if final is not None:
             await self._reply(reply_to, wire.ReplyBatch(rid, attempt, seq, [final]))
         else:
             with self._outboxes.open(reply_to) as box:
                 send = box.send if wire.reads_bundles(fields) else functools.partial(self._reply, reply_to)
-                final = await self._generate(request, send, attempt, seq)
+                final = await self._runs.generate(request, send, attempt, seq)
             self._note_prefill(final)
             parent = tracing.extract(message.headers)
             if self.tracer is not None and parent is not None and final.timings is not None:
@@ -342,24 +334,6 @@ class Worker:
         tps = t.prompt_n / t.prompt_ms * 1000.0
         self.prefill_tps = tps if self.prefill_tps == 0 else 0.8 * self.prefill_tps + 0.2 * tps
 
-    async def _end_stale_copy(self, rid: str) -> None:
-        """A redelivery after our own channel broke: the copy still running here is doomed, end it."""
-        if rid not in self._running:
-            return
-        await self.backend.abort(rid)
-        for _ in range(1000):  # bounded: the engine ends an aborted request within a step
-            if rid not in self._running:
-                return
-            await asyncio.sleep(0.01)
-
-    def _final_without_running(self, request: GenerateRequest) -> TokenEvent | None:
-        rid = request.request_id
-        if request.deadline is not None and request.deadline <= time.monotonic():
-            return TokenEvent(rid, finish_reason=FinishReason.TIMEOUT, error="deadline passed in the queue")
-        if request.max_tokens <= request.n_resumed:  # a resumed request that had sent all its tokens
-            return TokenEvent(rid, finish_reason=FinishReason.LENGTH)
-        return None
-
     async def _ask_resume(self, rid: str, reply_to: str) -> wire.ResumeState | None:
         """What the client already has (resume.ask_resume); None when its gateway is gone."""
         future: asyncio.Future[wire.ResumeState] = asyncio.get_running_loop().create_future()
@@ -371,63 +345,6 @@ class Worker:
             )
         finally:
             self._resumes.pop(rid, None)
-
-    async def _generate(
-        self, request: GenerateRequest, send: SendBatch, attempt: int, seq: int
-    ) -> TokenEvent:
-        """Run `request`, replying a batch per engine step through `send`; returns its final event."""
-        rid = request.request_id
-        try:
-            stream = await self.backend.submit(request)
-        except (QueueFull, RequestRejected, RuntimeError) as exc:
-            # Too long for this worker's context (a gateway that had not seen it yet): serve's 400.
-            over = exc if isinstance(exc, ContextExceeded) else None
-            final = TokenEvent(
-                rid,
-                finish_reason=FinishReason.ERROR,
-                error=str(exc),
-                error_param=None if over is None else over.param,
-                error_counts=None if over is None else (over.n_prompt, over.n_ctx),
-            )
-            with contextlib.suppress(PublishError):
-                await send(wire.ReplyBatch(rid, attempt, seq, [final]))
-            return final
-        self._running[rid] = stream
-        self._cancels.started(rid, attempt)
-        try:
-            gateway_gone = False
-            batch: list[TokenEvent] = []
-            async with contextlib.aclosing(step_batches(stream)) as batches:
-                async for batch in batches:
-                    if gateway_gone:
-                        continue  # aborted: wait for the backend's final event, send nothing
-                    if await self._send_or_gone(send, wire.ReplyBatch(rid, attempt, seq, batch)):
-                        seq += 1
-                    else:
-                        _log.warning("worker %s: gateway of %s is gone; aborting it", self.worker_id, rid)
-                        gateway_gone = True
-                        if not batch[-1].finished:
-                            await self.backend.abort(rid)
-            return batch[-1]
-        finally:
-            # Also when cancelled (the connection broke): the slot is freed, the broker redelivers.
-            await stream.aclose()
-            self._running.pop(rid, None)
-            self._cancels.ended(rid)
-
-    async def _send_or_gone(self, send: SendBatch, batch: wire.ReplyBatch) -> bool:
-        """Send `batch`; False if its gateway is gone. Unroutable soon after this worker's own
-        (re)connect means it may still be declaring its reply queue again: the batch is retried
-        (the backend's next events wait in its stream meanwhile)."""
-        for _ in range(int(GATEWAY_GRACE_S / 0.5) + 2):  # bounded: grace / retry interval
-            try:
-                await send(batch)
-                return True
-            except PublishError:
-                if self._session.since_connected() >= GATEWAY_GRACE_S:
-                    return False
-                await asyncio.sleep(0.5)
-        return False
 
     async def _reply(self, reply_to: str, batch: wire.ReplyBatch) -> None:
         await self._publish_reply(reply_to, wire.encode_batch(batch), batch.request_id)
