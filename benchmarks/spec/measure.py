@@ -53,6 +53,15 @@ class PassResult:
         span = sum((r.last_s or 0.0) - (r.sent_s or 0.0) for r in ok)
         return sum(r.tokens for r in ok) / span if ok and span > 0 else None
 
+    def pass_tok_s(self) -> float | None:
+        """N streams: every reply's tokens over the pass's wall time (first request sent to last
+        token), which no server can raise by reading prompts before it decodes."""
+        ok = [r for r in self.replies if r.error is None and r.last_s is not None and r.sent_s is not None]
+        if not ok:
+            return None
+        span = max(r.last_s or 0.0 for r in ok) - min(r.sent_s or 0.0 for r in ok)
+        return sum(r.tokens for r in ok) / span if span > 0 else None
+
     def decode_tok_s(self, tasks: set[str] | None = None) -> float | None:
         ok = [r for r in self.replies if r.error is None and r.first_s is not None and r.tokens > 1]
         if tasks is not None:

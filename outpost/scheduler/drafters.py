@@ -5,9 +5,12 @@ source), with their defaults:
 
 - `ngram-simple`: the last `size_n` tokens (the one just sampled included) are looked up in the
   request's history, latest match first; the up to `size_m` tokens that followed it are the draft.
-  As in llama.cpp a draft shorter than `size_n` is not offered. Where llama.cpp scans the history
-  token by token every step, this keeps an index of where each token occurs (updated as tokens
-  arrive), so a lookup compares only the slices that end in the last token.
+  As in llama.cpp a draft shorter than `size_n` is not offered. Unlike llama.cpp, a match followed
+  by fewer than `size_n` tokens is passed over for an earlier one rather than ending the search:
+  in text that repeats with a period under `size_n` (a small model's loop, a table's rows) the
+  latest match always lies one period back, so llama.cpp never drafts there. Where llama.cpp
+  scans the history token by token every step, this keeps an index of where each token occurs
+  (updated as tokens arrive), so a lookup compares only the slices that end in the last token.
 - `ngram-mod`: one table shared by every request maps each `n_match` tokens to the token that
   followed them last (llama.cpp hashes into 4M fixed buckets; a dict is the same without
   collisions). A draft is chained through the table from the last `n_match` tokens, at most `n_max`
@@ -83,8 +86,10 @@ class NgramSimple:
                 break
             if history[j : e + 1] == pattern:
                 copy = min(m, self.size_m, cur_len - (j + n))
-                if copy < n:  # llama.cpp offers no draft shorter than the n-gram
-                    return []
+                if copy < n:  # too close to the end to draft from: an earlier match may not be
+                    if m < n:
+                        return []
+                    continue
                 return history[j + n : j + n + copy]
         return []
 

@@ -487,6 +487,17 @@ def test_ngram_simple_takes_the_latest_match() -> None:
     assert d.propose("r", [*history, 99], 16) == []
 
 
+def test_ngram_simple_drafts_a_loop_shorter_than_its_n_gram() -> None:
+    """A period-2 loop with n = 3: the latest match is one period back, followed by one token (too
+    few; llama.cpp stops there and drafts nothing), so the match a period earlier is the draft."""
+    d = NgramSimple(size_n=3, size_m=4)
+    d.begin("r", [])
+    history = [9, 8, 7, 6, 5, 4, 3, 2] + [1, 2] * 5
+    assert d.propose("r", history, 16) == [1, 2, 1]
+    assert d.propose("r", [*history, 1], 16) == [2, 1, 2]
+    assert d.propose("r", history, 2) == []  # a draft under the n-gram's length is never offered
+
+
 def test_ngram_mod_chains_through_its_table() -> None:
     d = NgramMod(n_match=2, n_max=5, n_min=2)
     d.begin("r", [1, 2, 3, 4, 5, 6, 7])
