@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from outpost.bench.cli_args import add_bench_parser
 from outpost.envflags import MODEL_COMMANDS, subcommand, use_environment
+from outpost.messages import SPLIT_MODES
 from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, add_quantize_parser
 from outpost.models.convert.cli_args import add_convert_parser
 from outpost.models.store import resolve_model_arg, sagemaker_model
@@ -65,7 +66,7 @@ def _add_run_parser(sub: Any) -> None:
     p.add_argument("-c", "--ctx-size", type=int, help="context size (default: trained context, max 8192)")
     p.add_argument("-t", "--threads", type=int, help="CPU threads (default: all this process may use)")
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers to offload to GPU")
-    p.add_argument("-sm", "--split-mode", choices=["none", "layer", "row", "tensor"], default="layer")
+    p.add_argument("-sm", "--split-mode", choices=SPLIT_MODES, default="layer")
     p.add_argument("--temp", type=float, help="temperature (0 = greedy; default 0.8)")
     p.add_argument("--top-k", type=int, default=40)
     p.add_argument("--top-p", type=float, default=0.95)

@@ -11,7 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, get_args
 
 
 class FinishReason(StrEnum):
@@ -291,6 +291,11 @@ class SlotResult:
 
 
 SlotRefusal = Literal["disabled", "unsupported", "unknown_slot", "busy", "file"]
+
+# llama-server's -sm values (llama.h's llama_split_mode, in its order); every flag that takes one
+# offers these.
+SplitMode = Literal["none", "layer", "row", "tensor"]
+SPLIT_MODES: tuple[str, ...] = get_args(SplitMode)
 
 
 class SlotActionError(Exception):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Coroutine, Sequence
@@ -31,7 +32,7 @@ from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 from outpost import tracing
 from outpost.cluster import topology, wire
 from outpost.cluster.embed import EmbedCalls
-from outpost.cluster.fleet import WorkerSeen, WorkerTable
+from outpost.cluster.fleet import WorkerTable
 from outpost.cluster.inflight import Pending, nack_is_full, resubmit_silent
 from outpost.cluster.routing import Route, Router
 from outpost.cluster.session import OUTAGE_BOUND_S, BrokerSession, survive_connection_loss
@@ -348,8 +349,9 @@ class GatewayLink:
 
     async def _on_dead(self, message: AbstractIncomingMessage) -> None:
         """A request the broker gave up on: send its one final error to its gateway (verdicts.py)."""
-        assert self._session is not None  # consumed from _setup, which the session runs
-        await answer_dead(message, lambda: self._pub.default_exchange, self._session.since_connected)
+        session = self._session  # set before the first _setup, which starts this consumer
+        since = session.since_connected if session is not None else (lambda: math.inf)
+        await answer_dead(message, lambda: self._pub.default_exchange, since)
 
     async def _on_status(self, message: AbstractIncomingMessage) -> None:
         hb = self.fleet.heard(message.body)
@@ -384,10 +386,6 @@ class GatewayLink:
                     self._deliver(pending, [event])
 
     # -- the live workers (fleet.py) ------------------------------------------------------------
-
-    @property
-    def workers(self) -> dict[str, WorkerSeen]:
-        return self.fleet.workers
 
     def n_ctx_seq(self, model: str) -> int | None:
         return self.fleet.n_ctx_seq(model)

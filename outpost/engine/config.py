@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from outpost.engine.cpu_probe import ONE_TOKEN_MAX_SLOTS, WeightLayout, choose_layout
 from outpost.engine.kernel_probe import KernelChoice, kernel_choice
+from outpost.messages import SplitMode
 
 
 def available_cpus() -> int:
@@ -75,7 +76,7 @@ class EngineConfig(BaseModel):
         ge=-1,
         description="layers offloaded to GPU; -1 = all (sizing resolves -ngl to -1 when it covers all)",
     )
-    split_mode: Literal["none", "layer", "row", "tensor"] = "layer"
+    split_mode: SplitMode = "layer"
     main_gpu: int = Field(0, ge=0)
     tensor_split: tuple[float, ...] = ()
     flash_attn: Literal["auto", "on", "off"] = "auto"

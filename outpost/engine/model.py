@@ -20,10 +20,10 @@ from outpost.engine.lib import ensure_backend, llama, recent_problems
 from outpost.engine.logits import logits_row
 from outpost.engine.repack_overrides import RepackOverrides
 from outpost.engine.vocab import Vocab
+from outpost.messages import SPLIT_MODES
 
 _log = logging.getLogger(__name__)
 
-_SPLIT_MODES = {"none": llama.LLAMA_SPLIT_MODE_NONE, "layer": 1, "row": 2, "tensor": 3}  # llama.h's values
 _FLASH_ATTN = {
     "auto": llama.LLAMA_FLASH_ATTN_TYPE_AUTO,
     "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
@@ -77,7 +77,7 @@ class LoadedModel:
         cfg = self.config
         params = llama.llama_model_default_params()
         params.n_gpu_layers = 2**31 - 1 if cfg.n_gpu_layers < 0 else cfg.n_gpu_layers
-        params.split_mode = _SPLIT_MODES[cfg.split_mode]
+        params.split_mode = SPLIT_MODES.index(cfg.split_mode)  # llama.h numbers them in this order
         params.main_gpu = cfg.main_gpu
         params.use_extra_bufts = cfg.use_extra_bufts
         if cfg.use_repack_overrides:

@@ -70,7 +70,7 @@ class NgramSimple:
     def propose(self, request_id: str, history: list[int], n_max: int) -> list[int]:
         n, m = self.size_n, min(self.size_m, n_max)
         cur_len = len(history) - 1  # llama.cpp's prompt excludes the token just sampled
-        if m < 1 or cur_len <= n + self.size_m + 1:
+        if m < n or cur_len <= n + self.size_m + 1:  # m < n: any draft would be under the n-gram
             return []
         index = self._seqs.setdefault(request_id, _History())
         index.extend(history)
@@ -85,12 +85,9 @@ class NgramSimple:
             if j < 1:
                 break
             if history[j : e + 1] == pattern:
-                copy = min(m, self.size_m, cur_len - (j + n))
-                if copy < n:  # too close to the end to draft from: an earlier match may not be
-                    if m < n:
-                        return []
-                    continue
-                return history[j + n : j + n + copy]
+                copy = min(m, cur_len - (j + n))
+                if copy >= n:  # else too close to the end to draft from: an earlier match may not be
+                    return history[j + n : j + n + copy]
         return []
 
     def accept(self, request_id: str, n_drafted: int, n_accepted: int) -> None:

@@ -17,7 +17,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from outpost.messages import SpecParams
+from outpost.messages import SPLIT_MODES, SpecParams, SplitMode
 from outpost.scheduler.budget import parse_prefill_budget
 from outpost.settings.fields import (
     CHAT_TEMPLATE_HELP,
@@ -80,13 +80,13 @@ class EngineSettings(Block):
         "GPU memory holds (none on a CPU-only llama.cpp build)",
         parse=int_or_auto,
     )
-    split_mode: Literal["none", "layer", "row", "tensor"] = setting(
+    split_mode: SplitMode = setting(
         "layer",
         "-sm",
         "--split-mode",
         help="how the model spreads over several GPUs (default layer; tensor: llama.cpp's experimental "
         "tensor parallelism)",
-        choices=("none", "layer", "row", "tensor"),
+        choices=SPLIT_MODES,
     )
     batch_size: int = setting(
         512, "-b", "--batch-size", help="tokens per decode step (default 512)", parse=int, ge=1

@@ -57,7 +57,11 @@ class Fleet:
     async def worker(self, name: str, engine: FakeBackend) -> Worker:
         worker = Worker(self.broker.url, self.model, engine, worker_id=f"{name}-{uuid.uuid4().hex[:4]}")
         self.workers[name] = (worker, asyncio.ensure_future(worker.run(asyncio.Event())))
-        await until(lambda: all(worker.worker_id in link.workers for link in self.links), f"{name} live")
+
+        def live() -> bool:
+            return all(worker.worker_id in link.fleet.workers for link in self.links)
+
+        await until(live, f"{name} live")
         return worker
 
     async def kill(self, name: str) -> None:
@@ -69,7 +73,8 @@ class Fleet:
     async def advertised(self, worker: Worker, min_blocks: int) -> None:
         await until(
             lambda: all(
-                len(link.workers[worker.worker_id].heartbeat.prefixes) >= min_blocks for link in self.links
+                len(link.fleet.workers[worker.worker_id].heartbeat.prefixes) >= min_blocks
+                for link in self.links
             ),
             "the prefix in every gateway's view",
         )
