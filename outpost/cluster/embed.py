@@ -26,6 +26,14 @@ from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMess
 from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 
 from outpost.cluster import wire
+from outpost.cluster.wire_embed import (
+    EmbedFailure,
+    EmbedJob,
+    EmbedReply,
+    decode_embed_job,
+    encode_embed_job,
+    encode_embed_reply,
+)
 from outpost.messages import BackendUnavailable, FinishReason, QueueFull
 
 _log = logging.getLogger("outpost.cluster.embed")
@@ -45,16 +53,14 @@ class EmbedCalls:
     def __init__(self, publish_timeout: float, grace: float) -> None:
         self.publish_timeout = publish_timeout
         self.grace = grace  # past its deadline plus this, a job with no reply times out here
-        self._waiting: dict[str, asyncio.Future[wire.EmbedReply]] = {}
+        self._waiting: dict[str, asyncio.Future[EmbedReply]] = {}
 
     def __len__(self) -> int:
         return len(self._waiting)
 
-    async def call(
-        self, channel: AbstractChannel, queue: str, reply_to: str, job: wire.EmbedJob
-    ) -> wire.EmbedReply:
+    async def call(self, channel: AbstractChannel, queue: str, reply_to: str, job: EmbedJob) -> EmbedReply:
         """Publish `job` to `queue` and wait for its reply; raises QueueFull / BackendUnavailable."""
-        future: asyncio.Future[wire.EmbedReply] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[EmbedReply] = asyncio.get_running_loop().create_future()
         self._waiting[job.request_id] = future  # before the publish: a fast worker may reply first
         try:
             await self._publish(channel, queue, reply_to, job)
@@ -62,7 +68,7 @@ class EmbedCalls:
         finally:
             self._waiting.pop(job.request_id, None)
 
-    def on_reply(self, reply: wire.EmbedReply) -> bool:
+    def on_reply(self, reply: EmbedReply) -> bool:
         """A worker's reply; False when nobody waits for it (a late copy, or the client left)."""
         future = self._waiting.get(reply.request_id)
         if future is None or future.done():
@@ -76,13 +82,13 @@ class EmbedCalls:
         if final is None:
             return False
         expired = final.finish_reason is FinishReason.TIMEOUT
-        failure = wire.EmbedFailure.TIMEOUT if expired else wire.EmbedFailure.ENGINE
-        return self.on_reply(wire.EmbedReply(batch.request_id, failure=failure, error=final.error))
+        failure = EmbedFailure.TIMEOUT if expired else EmbedFailure.ENGINE
+        return self.on_reply(EmbedReply(batch.request_id, failure=failure, error=final.error))
 
-    async def _publish(self, channel: AbstractChannel, queue: str, reply_to: str, job: wire.EmbedJob) -> None:
+    async def _publish(self, channel: AbstractChannel, queue: str, reply_to: str, job: EmbedJob) -> None:
         expiration = None if job.deadline is None else max(job.deadline - time.monotonic(), 0.001)
         message = aio_pika.Message(
-            wire.encode_embed_job(job),
+            encode_embed_job(job),
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
             correlation_id=job.request_id,
             message_id=job.request_id,
@@ -103,25 +109,25 @@ class EmbedCalls:
                 "the message broker is unreachable; retry later", retry_after=2.0
             ) from exc
 
-    async def _wait(self, future: asyncio.Future[wire.EmbedReply], job: wire.EmbedJob) -> wire.EmbedReply:
+    async def _wait(self, future: asyncio.Future[EmbedReply], job: EmbedJob) -> EmbedReply:
         if job.deadline is None:
             return await future
         try:
             return await asyncio.wait_for(future, max(job.deadline - time.monotonic(), 0.0) + self.grace)
         except TimeoutError:  # a last resort: the broker's verdict should have come first
-            return wire.EmbedReply(job.request_id, failure=wire.EmbedFailure.TIMEOUT, error="no reply")
+            return EmbedReply(job.request_id, failure=EmbedFailure.TIMEOUT, error="no reply")
 
 
-def vectors_of(reply: wire.EmbedReply) -> Vectors:
+def vectors_of(reply: EmbedReply) -> Vectors:
     """The reply's vectors, or what `outpost serve`'s embed would have raised instead."""
     error = reply.error or "the embedding failed"
     if reply.failure is None:
         return reply.vectors, reply.n_tokens
-    if reply.failure is wire.EmbedFailure.INPUT:
+    if reply.failure is EmbedFailure.INPUT:
         raise ValueError(error)
-    if reply.failure is wire.EmbedFailure.UNAVAILABLE:
+    if reply.failure is EmbedFailure.UNAVAILABLE:
         raise BackendUnavailable(error)
-    if reply.failure is wire.EmbedFailure.TIMEOUT:
+    if reply.failure is EmbedFailure.TIMEOUT:
         raise TimeoutError(error)
     raise RuntimeError(error)
 
@@ -132,7 +138,7 @@ def vectors_of(reply: wire.EmbedReply) -> Vectors:
 async def answer(message: AbstractIncomingMessage, embed: EmbedFn, exchange: AbstractExchange) -> None:
     """Compute one job and reply; ack only after the reply is confirmed (or cannot be routed)."""
     try:
-        job = wire.decode_embed_job(message.body)
+        job = decode_embed_job(message.body)
     except wire.WireError as exc:
         _log.error("dropping an unreadable embedding job: %s", exc)
         await message.reject(requeue=False)  # dead-lettered: the gateway answers it
@@ -141,7 +147,7 @@ async def answer(message: AbstractIncomingMessage, embed: EmbedFn, exchange: Abs
         await message.ack()
         return
     reply = await compute(job, embed)
-    body = wire.encode_embed_reply(reply)
+    body = encode_embed_reply(reply)
     with contextlib.suppress(PublishError):  # unroutable: its gateway is gone, nobody to answer
         await exchange.publish(
             aio_pika.Message(body, correlation_id=job.request_id),
@@ -152,17 +158,17 @@ async def answer(message: AbstractIncomingMessage, embed: EmbedFn, exchange: Abs
     await message.ack()
 
 
-async def compute(job: wire.EmbedJob, embed: EmbedFn) -> wire.EmbedReply:
+async def compute(job: EmbedJob, embed: EmbedFn) -> EmbedReply:
     """The job's vectors, or the failure `outpost serve` would have answered with."""
     rid = job.request_id
     if job.deadline is not None and job.deadline <= time.monotonic():
-        return wire.EmbedReply(rid, failure=wire.EmbedFailure.TIMEOUT, error="deadline passed in the queue")
+        return EmbedReply(rid, failure=EmbedFailure.TIMEOUT, error="deadline passed in the queue")
     try:
         vectors, n_tokens = await embed(job.texts)
     except ValueError as exc:  # a text longer than the embedding context
-        return wire.EmbedReply(rid, failure=wire.EmbedFailure.INPUT, error=str(exc))
+        return EmbedReply(rid, failure=EmbedFailure.INPUT, error=str(exc))
     except BackendUnavailable as exc:
-        return wire.EmbedReply(rid, failure=wire.EmbedFailure.UNAVAILABLE, error=str(exc))
+        return EmbedReply(rid, failure=EmbedFailure.UNAVAILABLE, error=str(exc))
     except RuntimeError as exc:
-        return wire.EmbedReply(rid, failure=wire.EmbedFailure.ENGINE, error=str(exc))
-    return wire.EmbedReply(rid, vectors, n_tokens)
+        return EmbedReply(rid, failure=EmbedFailure.ENGINE, error=str(exc))
+    return EmbedReply(rid, vectors, n_tokens)

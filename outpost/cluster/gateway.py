@@ -30,7 +30,7 @@ from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 
 from outpost import tracing
-from outpost.cluster import topology, wire
+from outpost.cluster import topology, wire, wire_embed
 from outpost.cluster.embed import EmbedCalls
 from outpost.cluster.fleet import WorkerTable
 from outpost.cluster.inflight import Pending, nack_is_full, resubmit_silent
@@ -252,7 +252,7 @@ class GatewayLink:
             message, routing_key=queue, mandatory=True, timeout=PUBLISH_TIMEOUT_S
         )
 
-    async def embed(self, model: str, job: wire.EmbedJob) -> wire.EmbedReply:
+    async def embed(self, model: str, job: wire_embed.EmbedJob) -> wire_embed.EmbedReply:
         """Publish an embedding job to the model's queue and wait for a worker's reply."""
         if not self.connected:
             raise BackendUnavailable("the message broker is unreachable; retry later", retry_after=2.0)
@@ -299,7 +299,7 @@ class GatewayLink:
                 await self._answer_resume(message)
                 return
             if kind == "embedded":
-                self.embeds.on_reply(wire.decode_embed_reply(message.body))
+                self.embeds.on_reply(wire_embed.decode_embed_reply(message.body))
                 return
             if kind not in ("events", "bundle"):
                 raise wire.WireError(f"a {kind} message does not belong on a reply queue")

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from outpost.backend import BackendStats, PromptCodec
-from outpost.cluster import wire
+from outpost.cluster import wire_embed
 from outpost.cluster.embed import vectors_of
 from outpost.cluster.gateway import GatewayLink
 from outpost.cluster.inflight import Pending
@@ -100,7 +100,7 @@ class RemoteBackend:
         strings = [t for t in texts if isinstance(t, str)]
         if len(strings) != len(texts):  # the wire's EmbedJob carries text (its version 1)
             raise ValueError("token-id inputs are not supported through a gateway: send text")
-        job = wire.EmbedJob(uuid.uuid4().hex, strings, deadline=time.monotonic() + self.request_timeout)
+        job = wire_embed.EmbedJob(uuid.uuid4().hex, strings, deadline=time.monotonic() + self.request_timeout)
         return vectors_of(await self.link.embed(self.model, job))
 
     def stats(self) -> BackendStats:

@@ -1,5 +1,5 @@
-"""The cluster's wire format: versioned JSON for requests, reply batches, embedding jobs and replies,
-and control messages.
+"""The cluster's wire format: versioned JSON for requests, reply batches and control messages
+(embedding jobs and replies: wire_embed.py, on the same envelope).
 
 One encoder and one decoder per message kind, all carrying `{"v": WIRE_VERSION, "kind": ...}`; a
 message of another version or kind is a `WireError`, never a guess. Two things do not cross as
@@ -21,7 +21,6 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from enum import StrEnum
 from typing import Any
 
 from outpost.messages import (
@@ -72,12 +71,12 @@ class ResumeState:
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _float_out(x: float) -> float | str:
+def float_out(x: float) -> float | str:
     return x if math.isfinite(x) else str(x)  # "-inf", "inf", "nan"
 
 
-def _float_in(x: Any) -> float:
-    return float(x)  # float("-inf") parses the strings _float_out writes
+def float_in(x: Any) -> float:
+    return float(x)  # float("-inf") parses the strings float_out writes
 
 
 def dumps(obj: dict[str, Any]) -> bytes:
@@ -212,11 +211,11 @@ def reads_bundles(body: bytes | dict[str, Any]) -> bool:
 
 
 def _logprob_out(lp: TokenLogprob) -> list[Any]:
-    return [lp.token, _float_out(lp.logprob), [[t, _float_out(x)] for t, x in lp.top]]
+    return [lp.token, float_out(lp.logprob), [[t, float_out(x)] for t, x in lp.top]]
 
 
 def _logprob_in(x: Sequence[Any]) -> TokenLogprob:
-    return TokenLogprob(int(x[0]), _float_in(x[1]), tuple((int(t), _float_in(v)) for t, v in x[2]))
+    return TokenLogprob(int(x[0]), float_in(x[1]), tuple((int(t), float_in(v)) for t, v in x[2]))
 
 
 def _event_out(e: TokenEvent) -> dict[str, Any]:
@@ -303,86 +302,6 @@ def decode_bundle(body: bytes | dict[str, Any]) -> list[ReplyBatch]:
     if not isinstance(batches, list) or not all(isinstance(d, dict) for d in batches):
         raise WireError("malformed bundle message: not a list of batches")
     return [_batch_in(d) for d in batches]
-
-
-# -- embeddings -------------------------------------------------------------------------------
-
-
-class EmbedFailure(StrEnum):
-    """Why an embedding job has no vectors; the gateway raises what `outpost serve` would."""
-
-    INPUT = "input"  # a text longer than the embedding context: 400
-    UNAVAILABLE = "unavailable"  # the worker's engine has stopped: 503
-    ENGINE = "engine"  # the embedding failed: 500
-    TIMEOUT = "timeout"  # the deadline passed before a worker took it: 504
-
-
-@dataclass
-class EmbedJob:
-    """Texts to embed with the model's worker. Idempotent: a redelivery simply computes it again."""
-
-    request_id: str
-    texts: list[str]
-    deadline: float | None = None  # time.monotonic() seconds; None: no deadline
-
-
-@dataclass
-class EmbedReply:
-    """A worker's answer to an EmbedJob: one vector per text and the tokens read, or a failure."""
-
-    request_id: str
-    vectors: list[list[float]] = field(default_factory=list)
-    n_tokens: int = 0
-    failure: EmbedFailure | None = None
-    error: str | None = None
-
-
-def encode_embed_job(job: EmbedJob) -> bytes:
-    deadline = None if job.deadline is None else to_wall(job.deadline)
-    return dumps(
-        {"kind": "embed", "request_id": job.request_id, "texts": job.texts, "deadline_unix": deadline}
-    )
-
-
-def decode_embed_job(body: bytes) -> EmbedJob:
-    d = loads(body, "embed")
-    try:
-        deadline = d.get("deadline_unix")
-        texts = d["texts"]
-        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-            raise TypeError("texts must be a list of strings")
-        deadline_mono = None if deadline is None else to_monotonic(float(deadline))
-        return EmbedJob(str(d["request_id"]), texts, deadline_mono)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise WireError(f"malformed embed message: {exc!r}") from exc
-
-
-def encode_embed_reply(reply: EmbedReply) -> bytes:
-    out: dict[str, Any] = {
-        "kind": "embedded",
-        "request_id": reply.request_id,
-        "vectors": [[_float_out(x) for x in row] for row in reply.vectors],
-        "n_tokens": reply.n_tokens,
-    }
-    if reply.failure is not None:
-        out["failure"] = reply.failure.value
-        out["error"] = reply.error or ""
-    return dumps(out)
-
-
-def decode_embed_reply(body: bytes) -> EmbedReply:
-    d = loads(body, "embedded")
-    try:
-        failure = d.get("failure")
-        return EmbedReply(
-            str(d["request_id"]),
-            [[_float_in(x) for x in row] for row in d["vectors"]],
-            int(d["n_tokens"]),
-            None if failure is None else EmbedFailure(failure),
-            None if failure is None else str(d.get("error", "")),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise WireError(f"malformed embedded message: {exc!r}") from exc
 
 
 # -- control ----------------------------------------------------------------------------------

@@ -193,6 +193,12 @@ def _three_replicas(stack: ClusterStack, via: str) -> list[dict[str, Any]]:
     return queues if ok else []
 
 
+def _survivor_connections(stack: ClusterStack) -> int | None:
+    """Client connections held by nodes 2 and 3 together (None if either does not answer)."""
+    held = [stack.local_connections(n) for n in NODES[1:]]
+    return None if None in held else sum(n for n in held if n is not None)
+
+
 def test_three_nodes_form_one_cluster_and_serve(stack: ClusterStack) -> None:
     want = {f"rabbit@{n}" for n in NODES}
     for node in NODES:  # every node sees the same three running
@@ -215,9 +221,10 @@ def test_a_node_killed_under_a_stream_loses_nothing(stack: ClusterStack) -> None
     survivors = {"rabbit@rabbitmq2", "rabbit@rabbitmq3"}
     stack.until("node 1 gone", lambda: stack.running_nodes("rabbitmq2") == survivors)
     _chat(stack)
-    # ... and moved to the next address, node 2
-    stack.until("clients on node 2", lambda: stack.local_connections("rabbitmq2") == on_first)
-    assert stack.local_connections("rabbitmq3") == 0
+    # ... and every client moved to a surviving node: the next address, node 2, or node 3 after it
+    # when a setup on node 2 raced the cluster's removal of node 1's exclusive queues (the session
+    # then tries the next address: session.py)
+    stack.until("clients on nodes 2 and 3", lambda: _survivor_connections(stack) == on_first)
     queues = stack.request_queues("rabbitmq2")
     assert queues and all(len(q["members"]) == 3 for q in queues), queues  # node 1's replica kept
     # node 1 boots from its volume and rejoins; its replica is back online

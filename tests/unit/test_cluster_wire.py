@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from outpost.cluster import wire
+from outpost.cluster import wire, wire_embed
 from outpost.cluster.heartbeat import Heartbeat, decode_heartbeat, encode_heartbeat
 from outpost.messages import (
     FinishReason,
@@ -175,50 +175,53 @@ def test_a_request_without_n_resumed_decodes_as_fresh() -> None:
 
 def test_embed_job_round_trip() -> None:
     deadline = time.monotonic() + 12.0
-    job = wire.EmbedJob("e1", ["a red apple", "", "naïve 😀"], deadline=deadline)
-    body = wire.encode_embed_job(job)
+    job = wire_embed.EmbedJob("e1", ["a red apple", "", "naïve 😀"], deadline=deadline)
+    body = wire_embed.encode_embed_job(job)
     assert json.loads(body)["kind"] == "embed"
     obj = json.loads(body)
     assert obj["v"] == wire.WIRE_VERSION and abs(obj["deadline_unix"] - (time.time() + 12.0)) < 1.0
-    back = wire.decode_embed_job(body)
+    back = wire_embed.decode_embed_job(body)
     assert back.request_id == "e1" and back.texts == job.texts
     assert back.deadline is not None and abs(back.deadline - deadline) < 0.05
-    assert wire.decode_embed_job(wire.encode_embed_job(wire.EmbedJob("e2", ["x"]))).deadline is None
+    assert (
+        wire_embed.decode_embed_job(wire_embed.encode_embed_job(wire_embed.EmbedJob("e2", ["x"]))).deadline
+        is None
+    )
 
 
 def test_embed_reply_round_trip_is_exact() -> None:
-    reply = wire.EmbedReply("e1", [[0.1, -0.2, 1 / 3], [1e-300, -0.0, 5e-324]], n_tokens=9)
-    body = wire.encode_embed_reply(reply)
+    reply = wire_embed.EmbedReply("e1", [[0.1, -0.2, 1 / 3], [1e-300, -0.0, 5e-324]], n_tokens=9)
+    body = wire_embed.encode_embed_reply(reply)
     assert json.loads(body)["kind"] == "embedded"
-    assert wire.decode_embed_reply(body) == reply  # JSON floats round-trip bit for bit
+    assert wire_embed.decode_embed_reply(body) == reply  # JSON floats round-trip bit for bit
 
 
 def test_embed_reply_failures_and_non_finite_values() -> None:
-    for failure in wire.EmbedFailure:
-        reply = wire.EmbedReply("e3", failure=failure, error=f"{failure.value} went wrong")
-        assert wire.decode_embed_reply(wire.encode_embed_reply(reply)) == reply
-    odd = wire.EmbedReply("e4", [[math.inf, 1.0]], 1)
-    body = wire.encode_embed_reply(odd)
+    for failure in wire_embed.EmbedFailure:
+        reply = wire_embed.EmbedReply("e3", failure=failure, error=f"{failure.value} went wrong")
+        assert wire_embed.decode_embed_reply(wire_embed.encode_embed_reply(reply)) == reply
+    odd = wire_embed.EmbedReply("e4", [[math.inf, 1.0]], 1)
+    body = wire_embed.encode_embed_reply(odd)
     assert b"Infinity" not in body
-    back = wire.decode_embed_reply(body)
+    back = wire_embed.decode_embed_reply(body)
     assert back.vectors[0][0] == math.inf and back.failure is None and back.error is None
 
 
 def test_malformed_embed_messages_are_errors() -> None:
     with pytest.raises(wire.WireError, match="malformed embed message"):
-        wire.decode_embed_job(wire.dumps({"kind": "embed", "request_id": "x", "texts": [1, 2]}))
+        wire_embed.decode_embed_job(wire.dumps({"kind": "embed", "request_id": "x", "texts": [1, 2]}))
     with pytest.raises(wire.WireError, match="malformed embed message"):
-        wire.decode_embed_job(wire.dumps({"kind": "embed", "texts": ["a"]}))
+        wire_embed.decode_embed_job(wire.dumps({"kind": "embed", "texts": ["a"]}))
     with pytest.raises(wire.WireError, match="malformed embedded message"):
-        wire.decode_embed_reply(
+        wire_embed.decode_embed_reply(
             wire.dumps({"kind": "embedded", "request_id": "x", "vectors": [], "n_tokens": 0, "failure": "?"})
         )
     with pytest.raises(wire.WireError, match="expected a embed"):
-        wire.decode_embed_job(wire.encode_request(_request()))
-    obj = json.loads(wire.encode_embed_job(wire.EmbedJob("e5", ["x"])))
+        wire_embed.decode_embed_job(wire.encode_request(_request()))
+    obj = json.loads(wire_embed.encode_embed_job(wire_embed.EmbedJob("e5", ["x"])))
     obj["v"] = 2
     with pytest.raises(wire.WireError, match="wire version 2"):
-        wire.decode_embed_job(json.dumps(obj).encode())
+        wire_embed.decode_embed_job(json.dumps(obj).encode())
 
 
 def test_bundle_round_trip_keeps_each_requests_batch() -> None:
