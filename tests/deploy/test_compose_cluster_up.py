@@ -195,8 +195,13 @@ def _three_replicas(stack: ClusterStack, via: str) -> list[dict[str, Any]]:
 
 def _survivor_connections(stack: ClusterStack) -> int | None:
     """Client connections held by nodes 2 and 3 together (None if either does not answer)."""
-    held = [stack.local_connections(n) for n in NODES[1:]]
-    return None if None in held else sum(n for n in held if n is not None)
+    total = 0
+    for node in NODES[1:]:
+        held = stack.local_connections(node)
+        if held is None:
+            return None
+        total += held
+    return total
 
 
 def test_three_nodes_form_one_cluster_and_serve(stack: ClusterStack) -> None:
