@@ -7,6 +7,7 @@ This is the one place that knows how the layers plug together; the CLI and the s
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +19,7 @@ from outpost.engine.draft_model import DraftModel
 from outpost.engine.kernel_probe import KernelChoice
 from outpost.engine.model import LoadedModel
 from outpost.engine.runner import ModelRunner
+from outpost.engine.step_timing import VERIFY_DRAFT
 from outpost.messages import SpecParams
 from outpost.scheduler import Scheduler, SchedulerConfig
 from outpost.scheduler.budget import Asked, PrefillBudget, StepTimes, budget_floor, resolve_prefill_budget
@@ -143,21 +145,32 @@ def _load_draft(config: EngineConfig, path: str | None, n_vocab: int) -> DraftMo
 
 def _spec_costs(runner: ModelRunner, budget: PrefillBudget, enabled: bool) -> SpecCosts:
     """Speculation's prices from step times measured here, where speculation is on by default
-    (else the defaults: a request that asks for it gets the rough model)."""
+    (else the defaults: a request that asks for it gets the rough model). A draft token's price is
+    timed as a verification is (step_timing.measure_verify_times), prompt chunks where that fails."""
     default = SchedulerConfig()
     token, draft_cost, read_cost = default.spec_token_cost, default.draft_token_cost, default.draft_read_cost
     has_draft = runner.draft_model is not None
     if not enabled:
         return SpecCosts(token, draft_cost, read_cost, has_draft, "defaults: no speculation unless asked")
     times = budget.times or runner.measure_step_times()
+    step_s, verify_s = runner.measure_verify_times()
     notes = []
-    if times.believable():
+    if 0 < step_s < verify_s < math.inf:
+        token = token_cost_from(step_s, (verify_s - step_s) / VERIFY_DRAFT)
+    elif times.believable():
         token = token_cost_from(times.decode_s, times.per_token_s)
+        notes.append("verification not timed: a draft token priced from prompt chunks")
     else:
         notes.append("step times not believable: default draft token")
     if runner.draft_model is not None and times.decode_s > 0:
         draft = _draft_step_times(runner.draft_model)
-        draft_cost = min(max(draft.decode_s / times.decode_s, 0.01), 2.0)
+        # Its step beside the target's, both after the same history: attention over it costs the
+        # small model about what it costs the large one, so at position 0 a draft step looks cheap.
+        draft_s = runner.draft_model.measure_step_at_depth()
+        if 0 < step_s < math.inf and 0 < draft_s < math.inf:
+            draft_cost = min(max(draft_s / step_s, 0.01), 2.0)
+        else:
+            draft_cost = min(max(draft.decode_s / times.decode_s, 0.01), 2.0)
         if draft.believable():
             read_cost = min(max(draft.per_token_s / times.decode_s, 0.001), 2.0)
         else:

@@ -171,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     document["kernels"] = kernels
     (args.out / "results.json").write_text(json.dumps(document, indent=2) + "\n")
     log(f"wrote {args.out}/results.json and plots")
+    print(json.dumps(document["copy_share"]))
     print(json.dumps(document["targets"]))
     return 0
 

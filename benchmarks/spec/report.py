@@ -9,7 +9,7 @@ from typing import Any
 
 from spec.arms import Arm
 from spec.measure import PassResult
-from spec.tasks import Task
+from spec.tasks import Task, copy_share
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -72,9 +72,29 @@ def report(
         "cpu": _cpu(),
         "commands": {label: " ".join(cmd) for label, cmd in argv.items()},
         "tasks": [{"name": t.name, "copy": t.copy} for t in tasks],
+        "copy_share": _copy_shares(results, arms, tasks),
         "arms": table,
         "targets": targets,
     }
+
+
+def _copy_shares(
+    results: dict[str, dict[int, list[PassResult]]], arms: list[Arm], tasks: list[Task]
+) -> dict[str, dict[str, float]]:
+    """Each plain arm's 1-stream answers, per task: the median share of words prompt lookup predicts
+    (tasks.copy_share), which says whether a "copy-heavy" task was copied by this model."""
+    prompts = {t.name: t.prompt for t in tasks}
+    shares: dict[str, dict[str, float]] = {}
+    for arm in arms:
+        if arm.spec != "none" or 1 not in results.get(arm.label, {}):
+            continue
+        replies = [r for p in results[arm.label][1] for r in p.replies if r.error is None and r.text]
+        shares[arm.label] = {
+            name: round(statistics.median(copy_share(prompt, r.text) for r in found), 2)
+            for name, prompt in prompts.items()
+            if (found := [r for r in replies if r.task == name])
+        }
+    return shares
 
 
 def _cpu() -> str:

@@ -1,9 +1,9 @@
 """The workload: three copy-heavy tasks over real text and one free chat task.
 
-Real text, shipped with Outpost or with Python: the GPL-3 and Apache-2.0 texts of Outpost's own
-tokenizer corpus (outpost/models/data, see data/README.md) and a function of the standard library's
-`textwrap`, as a user would paste them. Each prompt's document is cut to about `DOC_WORDS` words so
-a step's prefill stays short next to the 256 tokens decoded.
+Real text, as a user would paste it: a README section, the definitions of Apache-2.0 (from Outpost's
+own tokenizer corpus, outpost/models/data, see data/README.md) and `textwrap.dedent` from Python's
+standard library. Each document is short (200-460 tokens) so a step's prefill stays short next to
+the 256 tokens decoded.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import textwrap
 from dataclasses import dataclass
 
 from outpost.models.corpus import load_corpus
-
-DOC_WORDS = 120
 
 
 @dataclass(frozen=True)
@@ -27,10 +25,6 @@ class Task:
         return [{"role": "user", "content": self.prompt}]
 
 
-def _words(text: str, n: int, skip: int = 0) -> str:
-    return " ".join(text.split()[skip : skip + n])
-
-
 def _license(name: str) -> str:
     for doc in load_corpus():
         if name in doc[:400]:
@@ -38,23 +32,48 @@ def _license(name: str) -> str:
     raise LookupError(f"no {name} text in the corpus")
 
 
+# A README section as a user would paste it: the edit asked touches one line, the answer repeats the
+# rest (SmolLM2-135M copies it nearly whole; see copy_share).
+README = """## Install
+
+Outpost needs Python 3.11 or newer. Install it with pip, then pull a model and start the server:
+
+    pip install outpost
+    outpost pull smollm2:135m
+    outpost serve -m smollm2:135m --port 8080
+
+The server speaks the OpenAI API. Point any OpenAI client at http://localhost:8080/v1 and use the
+model name you pulled. To stop the server, press Ctrl-C; requests in flight finish first.
+"""
+
+
 def make_tasks() -> list[Task]:
-    gpl = _words(_license("GNU GENERAL PUBLIC LICENSE"), DOC_WORDS, skip=120)
-    apache = _words(_license("Apache License"), DOC_WORDS, skip=60)
-    code = inspect.getsource(textwrap.TextWrapper._wrap_chunks)
+    """Copy-heavy means the model's answer repeats its input: each copy task here was chosen because
+    the real 135M model's greedy answer does (`copy_share` of the plain arm, in the report). An
+    earlier set (repeat a GPL passage, quote sentences of Apache-2.0, rename `chunks` in
+    `TextWrapper._wrap_chunks`) asked for copying the model did not do: it paraphrased the passage,
+    answered the quote in one sentence of its own and looped on its own code."""
+    apache = _license("Apache License")
+    definitions = apache[apache.index('"License"') :][:1400]
+    code = inspect.getsource(textwrap.dedent)
     return [
-        Task("quote", True, f"Repeat the following text exactly, word for word:\n\n{gpl}\n\nRepeat it now:"),
+        Task(
+            "doc-edit",
+            True,
+            "Change the port 8080 to 9000 everywhere in this README section and output the whole "
+            f"section.\n\n{README}",
+        ),
         Task(
             "extract",
             True,
-            f"Here is a license text:\n\n{apache}\n\nQuote, word for word, every sentence of it that "
-            "mentions the word Work.",
+            f'{definitions}\n\nCopy the definition of "Source" form and the definition of "Object" form '
+            "from the text above.",
         ),
         Task(
             "code-edit",
             True,
-            "Rewrite this Python method with the variable `chunks` renamed to `pieces`. Output the whole "
-            f"method and nothing else.\n\n```python\n{code}```",
+            "Rewrite this Python function with the parameter `text` renamed to `source`. Output the whole "
+            f"function and nothing else.\n\n```python\n{code}```",
         ),
         Task(
             "chat",
@@ -62,3 +81,20 @@ def make_tasks() -> list[Task]:
             "Write a short story about a lighthouse keeper who finds a message in a bottle.",
         ),
     ]
+
+
+def copy_share(prompt: str, answer: str, n: int = 4) -> float:
+    """The share of the answer's words that prompt lookup predicts: the word after the latest earlier
+    occurrence of the `n` words before it, in the prompt and the answer so far. What an n-gram
+    drafter could have drafted, in words rather than tokens (no tokenizer needed)."""
+    words = prompt.split()
+    start = len(words)
+    words += answer.split()
+    last: dict[tuple[str, ...], int] = {}  # n words -> where the latest occurrence ends
+    hits = 0
+    for i in range(n, len(words)):
+        key = tuple(words[i - n : i])
+        if i >= start and key in last and words[last[key]] == words[i]:
+            hits += 1
+        last[key] = i
+    return hits / (len(words) - start) if len(words) > start else 0.0

@@ -15,7 +15,7 @@ from outpost.engine.batch import TokenBatch
 from outpost.engine.lib import llama
 from outpost.engine.logits import logits_row
 from outpost.engine.model import LoadedModel, ModelLoadError
-from outpost.engine.step_timing import measure_step_times
+from outpost.engine.step_timing import measure_step_times, measure_verify_times
 from outpost.scheduler.budget import StepTimes
 from outpost.scheduler.output import BatchChunk, DraftAsk
 from outpost.scheduler.slots import common_prefix_len
@@ -107,6 +107,12 @@ class DraftModel:
         times = measure_step_times(self.model, self.batch)
         self.cached.clear()
         return times
+
+    def measure_step_at_depth(self) -> float:
+        """A draft step's time after the history the target's verification is timed at."""
+        step, _ = measure_verify_times(self.model, self.batch, n_draft=0)
+        self.cached.clear()
+        return step
 
     def close(self) -> None:
         self.model.close()

@@ -16,7 +16,7 @@ from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
 from outpost.engine.sampling import SamplerChain
 from outpost.engine.speculate import verify_draft
-from outpost.engine.step_timing import measure_step_times
+from outpost.engine.step_timing import measure_step_times, measure_verify_times
 from outpost.messages import TokenLogprob
 from outpost.scheduler.budget import StepTimes
 from outpost.scheduler.output import (
@@ -64,6 +64,11 @@ class ModelRunner:
         cold step times graph allocation and page faults, not the model)."""
         self.warmup()
         return measure_step_times(self.model, self.batch)
+
+    def measure_verify_times(self) -> tuple[float, float]:
+        """A one-token step's and a draft's verification's times at depth (speculation's prices)."""
+        self.warmup()
+        return measure_verify_times(self.model, self.batch)
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
         self.apply_memory_ops(out.memory_ops)

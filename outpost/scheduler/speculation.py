@@ -15,9 +15,11 @@ worth a place in the step when the tokens it is expected to add outweigh what it
 with r the cost of one more token in a step relative to a one-token step (measured at start,
 `SchedulerConfig.spec_token_cost`), a step that so far costs T and yields Y tokens gains from a
 token accepted with probability q iff (Y + q) / (T + r) > Y / T, i.e. q * T > r * Y. Tokens go in
-order of q across requests (for one request q falls with i, so each gets a prefix of its draft).
-With many streams a step is compute-bound (T grows by r per stream and Y by 1): the bar rises
-towards q > 1 and speculation turns itself off; with one stream almost any likely token passes.
+order of q / price across requests (for one request q falls with i, so each gets a prefix of its
+draft), and the drafts stand only if the step's Y / T beats the plain step's by MARGIN. With many
+streams a step is compute-bound (T grows by r per stream and Y by 1): the plain step's rate nears
+the best a draft can reach, 1 / r, and speculation turns itself off; with one stream almost any
+likely token passes.
 """
 
 from __future__ import annotations
@@ -88,28 +90,38 @@ def plan_drafts(
 
     candidates: (state, tokens its draft offers); n_decoding: one-token decodes in the step;
     room: draft tokens the step can still hold (token budget and free KV cells); draft_cost: what
-    making one token costs a `draft` request (its draft model's step), in the same unit."""
+    making one token costs a `draft` request (its draft model's step), in the same unit.
+
+    Tokens are taken in order of expected tokens per cost, q / price (each request's q falls along
+    its draft, so each gets a prefix), and the step keeps the count that yields the most expected
+    tokens per cost, if that beats the plain step by MARGIN. The margin is against plain decoding,
+    not asked of each token: asked of each, it cut every draft short where the step's rate nears
+    1 / price, which is where long, always-accepted drafts (copying) gain most."""
     ks = [0] * len(candidates)
     if room <= 0 or not candidates:
         return ks
     r = max(token_cost, 1e-6)
     cost = 1.0 + (n_decoding - 1) * r
     yielded = float(n_decoding)
+    bar = MARGIN * yielded / cost  # what the plain step yields per cost, and the margin
     prices = [r + (draft_cost if state.params.type == "draft" else 0.0) for state, _ in candidates]
-    heap = [(-state.p, i, state.p) for i, (state, offered) in enumerate(candidates) if offered > 0]
+    heap = [(-s.p / prices[i], i, s.p) for i, (s, offered) in enumerate(candidates) if offered > 0]
     heapq.heapify(heap)
+    # While the next token's q / price beats the step's rate it raises the rate, and every later
+    # token is worth less than it: the rate peaks where the first one does not.
     while heap and room > 0:
-        neg_q, i, p = heapq.heappop(heap)
-        q = -neg_q
-        price = prices[i]
-        if q * cost <= MARGIN * price * yielded:
-            continue  # too dear for this request; a cheaper one's token may still pay
+        neg_value, i, q = heapq.heappop(heap)
+        if -neg_value * cost <= yielded:
+            break
         ks[i] += 1
         room -= 1
-        cost += price
+        cost += prices[i]
         yielded += q
         if ks[i] < candidates[i][1]:
-            heapq.heappush(heap, (-(q * p), i, p))
+            p = candidates[i][0].p
+            heapq.heappush(heap, (-(q * p) / prices[i], i, q * p))
+    if yielded / cost <= bar:
+        return [0] * len(candidates)
     for i, (state, _) in enumerate(candidates):
         if ks[i] < state.params.n_min:
             ks[i] = 0

@@ -16,7 +16,9 @@ import pytest
 import outpost.runtime
 from outpost.engine.config import EngineConfig
 from outpost.engine.draft_model import DraftModel
+from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
+from outpost.engine.runner import ModelRunner
 from outpost.messages import GenerateRequest, SamplingParams, SpecParams, SpecRequest, TokenEvent
 from outpost.runtime import Engine
 from outpost.scheduler.output import DraftAsk
@@ -188,3 +190,22 @@ def test_a_draft_of_n_tokens_takes_n_draft_model_decodes(tiny_model: Path) -> No
     finally:
         draft.close()
         fresh.close()
+
+
+def test_prices_are_timed_as_a_verification_after_a_history(tiny_model: Path) -> None:
+    """Speculation's prices are timed on real llama.cpp as a verification runs: a step and a step
+    of 1 + VERIFY_DRAFT tokens with logits at each, after a history; the KV is left empty, so the
+    first request finds the cache as a fresh engine's."""
+    model = LoadedModel(_config(tiny_model))
+    runner = ModelRunner(model)
+    try:
+        step, verify = runner.measure_verify_times()
+        assert 0 < step < verify < float("inf")
+        assert llama.llama_memory_seq_pos_max(model.memory, 0) == -1
+        draft = DraftModel(LoadedModel(_config(tiny_model)), model.vocab.n_tokens)
+        try:
+            assert 0 < draft.measure_step_at_depth() < float("inf") and not draft.cached
+        finally:
+            draft.close()
+    finally:
+        model.close()

@@ -269,6 +269,23 @@ def test_draft_length_follows_acceptance() -> None:
     assert k_good > 8 and k_bad == 0
 
 
+def test_an_always_accepted_draft_is_verified_whole_where_it_pays() -> None:
+    """The margin is asked of the step, not of each token: a request whose drafts are always
+    accepted verifies all 16 tokens alone at half a step a token (17 tokens for 9 steps), where
+    asking each token to beat the step's rate by 10% stopped at 8."""
+    sure = SpecState(SpecParams("ngram-simple", 16))
+    for _ in range(20):
+        sure.record(16, 16)
+    assert plan_drafts([(sure, 16)], 1, 0.5, 100) == [16]
+    # Beside 7 other streams at 0.6 a token the plain step yields 8 tokens for 5.2 steps (1.54):
+    # even certain tokens (at best 1 / 0.6 = 1.67 a step) do not beat it by the margin.
+    assert plan_drafts([(sure, 16)] * 8, 8, 0.6, 1000) == [0] * 8
+    assert plan_drafts([(sure, 16)] * 2, 2, 0.6, 1000) == [16, 16]
+    # A coin-flip token alone at half a step: 1.5 tokens for 1.5 steps is no gain, so no draft.
+    coin = SpecState(SpecParams("ngram-simple", 16))
+    assert plan_drafts([(coin, 16)], 1, 0.5, 100) == [0]
+
+
 def test_speculation_turns_off_when_the_step_is_compute_bound() -> None:
     states = [SpecState(SpecParams("ngram-simple", 16)) for _ in range(8)]
     for s in states:

@@ -3,6 +3,7 @@ step times faked here: what the ready line says, and what stands where a time is
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -21,19 +22,28 @@ NOISY = StepTimes(0.010, ((16, 0.300), (64, 0.100)))  # the bigger chunk faster:
 class FakeDraft:
     answers: list[StepTimes]
     asked: int = 0
+    step_at_depth: float = 0.010
 
     def measure_step_times(self) -> StepTimes:
         self.asked += 1
         return self.answers[min(self.asked, len(self.answers)) - 1]
+
+    def measure_step_at_depth(self) -> float:
+        return self.step_at_depth
 
 
 @dataclass
 class FakeRunner:
     draft_model: FakeDraft | None = None
     times: list[StepTimes] = field(default_factory=lambda: [TARGET])
+    # A step and a verification of 8 draft tokens at depth: +2 ms a draft token, as TARGET's chunks.
+    verify: tuple[float, float] = (0.020, 0.036)
 
     def measure_step_times(self) -> StepTimes:
         return self.times[0]
+
+    def measure_verify_times(self) -> tuple[float, float]:
+        return self.verify
 
 
 def costs(runner: FakeRunner, enabled: bool = True) -> Any:
@@ -71,3 +81,19 @@ def test_without_speculation_by_default_nothing_is_measured() -> None:
     assert draft.asked == 0 and c.source.startswith("defaults")
     n_gram_only = costs(FakeRunner(None))
     assert "draft model" not in n_gram_only.describe() and n_gram_only.token == pytest.approx(0.1)
+
+
+def test_prices_are_those_of_a_verification_after_a_history() -> None:
+    """A verification has logits at every position and attention over a history: dearer per token
+    than a prompt chunk at position 0 (f16 135M here: 0.27 of a step against 0.13), and a draft
+    model's step at depth dearer relative to the target's. Those prices stand, not the chunks'."""
+    runner = FakeRunner(FakeDraft([DRAFT], step_at_depth=0.014), verify=(0.020, 0.068))
+    c = costs(runner)
+    assert (c.token, c.draft, c.read) == pytest.approx((0.3, 0.7, 0.2))
+    assert c.source == "measured"
+
+
+def test_a_verification_that_cannot_be_timed_falls_back_to_prompt_chunks() -> None:
+    c = costs(FakeRunner(FakeDraft([DRAFT], step_at_depth=math.inf), verify=(0.020, math.inf)))
+    assert (c.token, c.draft) == pytest.approx((0.1, 0.5))
+    assert "priced from prompt chunks" in c.describe()
