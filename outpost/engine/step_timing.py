@@ -47,9 +47,9 @@ def _timed_step(model: LoadedModel, batch: TokenBatch, tokens: list[int]) -> flo
 
 
 # Where speculation's prices are measured: a draft's verification has logits at every position and
-# comes after a history, and both cost more than a prompt chunk at position 0 (135M q4_1, 2 threads,
-# depth 400: 8 draft tokens cost 0.58 of a step each, against 0.52 from prompt chunks; an f16
-# target's 0.27 against 0.13).
+# comes after a history, unlike a prompt chunk at position 0. For an f16 135M target (2 threads) a
+# draft token costs 0.21-0.27 of a step so timed, 0.13 from prompt chunks; for its q4_1 the two
+# agree within this VM's spread (0.45-0.58 against 0.52-0.69). benchmarks/spec/costs.py.
 VERIFY_DEPTH = 256
 VERIFY_DRAFT = 8
 VERIFY_ROUNDS = 3
