@@ -17,38 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-import time
 from pathlib import Path
 
 from outpost.engine.batch import TokenBatch
 from outpost.engine.config import EngineConfig, with_probed_kernels
-from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
-from outpost.scheduler.output import BatchChunk
-
-
-def _decode(model: LoadedModel, batch: TokenBatch, tokens: list[int], pos: int, n_draft: int) -> float:
-    """Seconds for one decode of `tokens` at `pos` in sequence 0 (logits at the last n_draft + 1)."""
-    batch.fill([BatchChunk(0, tokens, pos, True, n_draft=n_draft)])
-    started = time.perf_counter()
-    status = llama.llama_decode(model.ctx, batch.struct)
-    elapsed = time.perf_counter() - started
-    llama.llama_memory_seq_rm(model.memory, 0, pos, -1)
-    if status != 0:
-        raise RuntimeError(f"llama_decode failed with code {status}")
-    return elapsed
-
-
-def _fill_history(model: LoadedModel, batch: TokenBatch, depth: int) -> None:
-    """`depth` tokens of history in sequence 0, read in n_batch chunks (what they are does not
-    matter to a step's time; how many does)."""
-    token = max(model.vocab.bos, 0)
-    for start in range(0, depth, model.n_batch):
-        n = min(model.n_batch, depth - start)
-        batch.fill([BatchChunk(0, [token] * n, start, False)])
-        if llama.llama_decode(model.ctx, batch.struct) != 0:
-            raise RuntimeError("could not read the history")
+from outpost.engine.step_timing import read_history, timed_at
 
 
 def step_times(path: str, args: argparse.Namespace, sizes: list[int]) -> dict[int, float]:
@@ -58,12 +34,15 @@ def step_times(path: str, args: argparse.Namespace, sizes: list[int]) -> dict[in
     )
     with LoadedModel(config) as model:
         batch = TokenBatch(model.n_batch)
-        _fill_history(model, batch, args.depth)
+        if not read_history(model, batch, args.depth):
+            raise RuntimeError("could not read the history")
         token = max(model.vocab.bos, 0)
         best = {k: float("inf") for k in sizes}
         for _ in range(args.rounds):
             for k in sizes:
-                best[k] = min(best[k], _decode(model, batch, [token] * (k + 1), args.depth, k))
+                best[k] = min(best[k], timed_at(model, batch, [token] * (k + 1), args.depth, k))
+        if math.inf in best.values():
+            raise RuntimeError("a timed decode failed")
         return best
 
 

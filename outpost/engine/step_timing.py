@@ -65,20 +65,29 @@ def measure_verify_times(
     token = max(model.vocab.bos, 0)
     step = verify = float("inf")
     try:
-        for start in range(0, depth, model.n_batch):  # the history, read as a prompt is
-            batch.fill([BatchChunk(0, [token] * min(model.n_batch, depth - start), start, False)])
-            if llama.llama_decode(model.ctx, batch.struct) != 0:
-                return step, verify
+        if not read_history(model, batch, depth):
+            return step, verify
         for _ in range(rounds):
-            step = min(step, _timed_at(model, batch, [token], depth, 0))
+            step = min(step, timed_at(model, batch, [token], depth, 0))
             if n_draft:
-                verify = min(verify, _timed_at(model, batch, [token] * (n_draft + 1), depth, n_draft))
+                verify = min(verify, timed_at(model, batch, [token] * (n_draft + 1), depth, n_draft))
         return step, verify
     finally:
         llama.llama_memory_clear(model.memory, False)
 
 
-def _timed_at(model: LoadedModel, batch: TokenBatch, tokens: list[int], pos: int, n_draft: int) -> float:
+def read_history(model: LoadedModel, batch: TokenBatch, depth: int) -> bool:
+    """`depth` tokens of history in sequence 0, read as a prompt is (which tokens does not matter to
+    a step's time; how many does). False if a decode fails."""
+    token = max(model.vocab.bos, 0)
+    for start in range(0, depth, model.n_batch):
+        batch.fill([BatchChunk(0, [token] * min(model.n_batch, depth - start), start, False)])
+        if llama.llama_decode(model.ctx, batch.struct) != 0:
+            return False
+    return True
+
+
+def timed_at(model: LoadedModel, batch: TokenBatch, tokens: list[int], pos: int, n_draft: int) -> float:
     """Seconds one decode of `tokens` at `pos` takes, logits at the last n_draft + 1; then gone."""
     batch.fill([BatchChunk(0, tokens, pos, True, n_draft)])
     started = time.perf_counter()

@@ -272,7 +272,7 @@ def test_draft_length_follows_acceptance() -> None:
 def test_an_always_accepted_draft_is_verified_whole_where_it_pays() -> None:
     """The margin is asked of the step, not of each token: a request whose drafts are always
     accepted verifies all 16 tokens alone at half a step a token (17 tokens for 9 steps), where
-    asking each token to beat the step's rate by 10% stopped at 8."""
+    asking each token to beat the step's rate by 10% stopped at 9."""
     sure = SpecState(SpecParams("ngram-simple", 16))
     for _ in range(20):
         sure.record(16, 16)
