@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from outpost.engine.lib import llama
 
-__all__ = ["logits_row"]
+__all__ = ["logits_row", "row_address"]
 
 _MAX_VIEWS = 64  # rows of live contexts: a few per sequence; cleared when a context moved on
 
@@ -32,12 +32,18 @@ _row_address = _logits_ith_returning_address()
 _views: dict[tuple[int, int], npt.NDArray[np.float32]] = {}
 
 
-def logits_row(ctx: Any, batch_index: int, n_vocab: int) -> npt.NDArray[np.float32]:
-    """The logits the last decode produced for batch position `batch_index`: a view into
-    llama.cpp's buffer, valid until the next decode (copy it to keep it)."""
+def row_address(ctx: Any, batch_index: int) -> int:
+    """Where the logits of batch position `batch_index` start in llama.cpp's output buffer."""
     address = _row_address(ctx, batch_index)
     if not address:
         raise ValueError(f"no logits were requested for batch index {batch_index}")
+    return int(address)
+
+
+def logits_row(ctx: Any, batch_index: int, n_vocab: int) -> npt.NDArray[np.float32]:
+    """The logits the last decode produced for batch position `batch_index`: a view into
+    llama.cpp's buffer, valid until the next decode (copy it to keep it)."""
+    address = row_address(ctx, batch_index)
     key = (address, n_vocab)
     row = _views.get(key)
     if row is None:

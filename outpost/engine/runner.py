@@ -12,6 +12,7 @@ import numpy as np
 
 from outpost.engine.batch import TokenBatch
 from outpost.engine.draft_model import DraftModel
+from outpost.engine.host_sampling import HostSampler
 from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
 from outpost.engine.sampling import SamplerChain
@@ -46,6 +47,7 @@ class ModelRunner:
         self.chains: dict[str, SamplerChain] = {}
         self.samplers: dict[int, SamplerChain] = {}  # seq_id -> the chain it samples with
         self._n_probs: dict[int, int] = {}  # seq_id -> top logprobs wanted (absent: none)
+        self.host_sampler = HostSampler(model.vocab.n_tokens)
         self._warm = False
 
     def warmup(self) -> None:
@@ -130,7 +132,7 @@ class ModelRunner:
         chain = self.chains.get(setup.request_id)
         if chain is None:  # a new request (a resumed one keeps the chain it had)
             vocab = self.model.vocab
-            chain = SamplerChain(setup.params, vocab.handle, vocab.n_tokens, vocab.eog_ids)
+            chain = SamplerChain(setup.params, vocab.handle, vocab.n_tokens, vocab.eog_ids, self.host_sampler)
             chain.accept_history(setup.history)
             self.chains[setup.request_id] = chain
         self.samplers[setup.seq_id] = chain
@@ -149,12 +151,21 @@ class ModelRunner:
         chain.free()
 
     def _sample(self, outputs: dict[int, int]) -> dict[int, SampledToken]:
-        return {seq_id: self.sample_at(seq_id, index) for seq_id, index in outputs.items()}
+        """Every sequence the host sampler can do in one call, the rest chain by chain."""
+        picks = [(seq, index, h) for seq, index in outputs.items() if (h := self.samplers[seq].host)]
+        tokens = self.host_sampler.sample(self.model.ctx, [(h, index) for _, index, h in picks])
+        done = {seq: self._sampled(seq, index, t) for (seq, index, _), t in zip(picks, tokens, strict=True)}
+        sampled: dict[int, SampledToken] = {}
+        for seq_id, index in outputs.items():
+            sampled[seq_id] = done[seq_id] if seq_id in done else self.sample_at(seq_id, index)
+        return sampled
 
     def sample_at(self, seq_id: int, index: int) -> SampledToken:
         """Samples (and accepts into its chain) seq_id's token from batch output row `index`."""
+        return self._sampled(seq_id, index, self.samplers[seq_id].sample(self.model.ctx, index))
+
+    def _sampled(self, seq_id: int, index: int, token: int) -> SampledToken:
         vocab = self.model.vocab
-        token = self.samplers[seq_id].sample(self.model.ctx, index)
         n_probs = self._n_probs.get(seq_id)
         logprob = None if n_probs is None else self._logprob(index, token, n_probs)
         return SampledToken(token, vocab.token_to_piece(token), vocab.is_eog(token), logprob)

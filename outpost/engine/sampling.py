@@ -7,6 +7,10 @@ Plain greedy (temperature 0, no penalties, no grammar) skips the native chain at
 llama_sampler_sample copies the whole vocabulary into a candidate array every token (~0.15 ms for
 a 49k vocabulary, 3% of a 135M model's decode step), where an argmax over the logits row costs
 ~0.02 ms and picks the same token (the first maximum, as llama.cpp's greedy sampler does).
+
+Given a `HostSampler`, a chain it can do exactly (top-k, top-p, min-p, temperature, bans: the
+defaults requests get) samples there instead, without the native chain: the runner samples all
+such sequences of a step in one call (outpost/engine/host_sampling.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from outpost.engine.host_sampling import HostSampler, HostSequence
 from outpost.engine.lib import llama
 from outpost.engine.logits import logits_row
 from outpost.messages import SamplingParams
@@ -27,7 +32,15 @@ _NEG_INF = float("-inf")
 class SamplerChain:
     """One native sampler chain; `sample()` picks from a batch output row and accepts the token."""
 
-    def __init__(self, params: SamplingParams, vocab: Any, n_vocab: int, eog_ids: frozenset[int]) -> None:
+    def __init__(
+        self,
+        params: SamplingParams,
+        vocab: Any,
+        n_vocab: int,
+        eog_ids: frozenset[int],
+        host: HostSampler | None = None,
+    ) -> None:
+        """host: sample there when it can do this chain exactly (`self.host` is then set)."""
         self._penalties_index = -1  # where in the chain the penalty sampler sits, if any
         self._n_vocab = n_vocab
         self._argmax_only = is_plain_greedy(params)
@@ -39,6 +52,12 @@ class SamplerChain:
         chain_params.no_perf = True
         self._chain: Any = llama.llama_sampler_chain_init(chain_params)
         self.seed = params.seed if params.seed is not None else random.getrandbits(32)
+        self._host = host
+        self.host: HostSequence | None = None
+        if host is not None and not self._argmax_only:
+            self.host = host.sequence(params, eog_ids, self.seed)
+            if self.host is not None:
+                return  # no native samplers: a chain with nothing in it costs nothing to keep
         try:
             self._build(params, vocab, n_vocab, eog_ids)
         except BaseException:
@@ -99,6 +118,8 @@ class SamplerChain:
             llama.llama_sampler_accept(penalties, token)
 
     def sample(self, ctx: Any, output_index: int) -> int:
+        if self.host is not None and self._host is not None:
+            return self._host.sample(ctx, [(self.host, output_index)])[0]
         if self._argmax_only:
             return self._argmax(ctx, output_index)
         # llama_sampler_sample already accepts the token into the chain: never accept it again.
