@@ -125,6 +125,7 @@ class LocalBackend:
             serving += f"; {self.engine.spec_costs.describe()}"
         if self.engine.kernels is not None:
             serving += f"; auto kernels: {self.engine.kernels.describe()}"
+        serving += f"; {self.engine.runner.describe_sampling()}"
         return {**model.describe(), "serving": serving}
 
     async def embed(self, texts: Sequence[EmbedInput]) -> tuple[list[list[float]], int]:

@@ -11,6 +11,9 @@ min-p 0.05), one fixed seed per sequence. Arms:
   chain    one llama.cpp sampler chain per sequence, llama_sampler_sample row by row (the path before
            issue 42: a full-vocabulary candidate array per sequence);
   batched  outpost/engine/host_sampling.py: all rows at once, candidates prefiltered by group maxima.
+Then whole decode steps (llama_decode + sampling) at --decode-sizes sequences, with the sampler in
+llama.cpp's graph (backend sampling) and on the host (decode.py): what --backend-sampling's default
+rests on.
 Reports the median milliseconds per step over --steps steps (>= 50), and the least (what the code
 costs when nothing else runs: on a shared machine the median also holds other processes' time).
 The machine it runs on should be named with the figures. Progress goes to stderr; the last stdout
@@ -33,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from benchmarks.sampling.capture import LogitsStage, capture_rows
+from benchmarks.sampling.decode import step_medians
 from outpost.engine.config import EngineConfig
 from outpost.engine.model import LoadedModel
 from outpost.engine.sampling import SamplerChain
@@ -129,6 +133,18 @@ def table(
     return medians
 
 
+def decode_table(config: EngineConfig, args: argparse.Namespace) -> None:
+    sizes = [int(s) for s in args.decode_sizes.split(",") if s]
+    if not sizes:
+        return
+    print("\nwhole decode steps (llama_decode + sampling), median ms per step")
+    print("| sequences | host sampler | backend sampling (in the graph) |\n|---:|---:|---:|")
+    for n in sizes:
+        medians = step_medians(config, n, args.decode_steps, PARAMS)
+        log(f"decode x{n}: {medians}")
+        print(f"| {n} | {medians['host']:.2f} | {medians['graph']:.2f} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2:135m-q4_1", help="a pulled model name or a .gguf path")
@@ -136,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1,16,64,128")
     ap.add_argument("--arms", default="chain,batched")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--decode-sizes",
+        default="16,64",
+        help="sequence counts for whole decode steps, backend sampling vs the host sampler ('' skips)",
+    )
+    ap.add_argument("--decode-steps", type=int, default=30)
     args = ap.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",")]
     args.arms = args.arms.split(",")
@@ -161,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         real = table(stage, rows, f"SmolLM2-135M logits ({rows.shape[1]} vocab)", args)
         flat = np.random.default_rng(0).normal(0.0, 3.0, size=(256, rows.shape[1])).astype(np.float32)
         table(stage, flat, "random logits, N(0, 3^2)", args)
+    decode_table(config, args)
     result = real["batched"] if "batched" in real else real[args.arms[-1]]
     print(json.dumps({str(n): round(ms, 4) for n, ms in result.items()}))
     return 0

@@ -30,6 +30,7 @@ def engine_config(settings: EngineSettings, model_path: str) -> EngineConfig:
         "flash_attn": settings.flash_attn,
         "repack": settings.repack,
         "kv_unified": settings.kv_unified,
+        "backend_sampling": {None: "auto", True: "on", False: "off"}[settings.backend_sampling],
         "chat_template": settings.template_text(),
     }
     if isinstance(settings.threads, int):

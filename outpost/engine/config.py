@@ -94,6 +94,11 @@ class EngineConfig(BaseModel):
         description="a stream of n_ctx / n_seq_max KV cells per slot (auto, off) or one pool of "
         "cells for all slots (on); see effective_kv_unified",
     )
+    backend_sampling: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="llama.cpp's backend sampling for the chains it does exactly; auto = on with "
+        "GPU layers (see effective_backend_sampling)",
+    )
     use_mmap: bool = True
     use_mlock: bool = False
     chat_template: str | None = Field(None, description="jinja template overriding the GGUF's own")
@@ -133,6 +138,15 @@ class EngineConfig(BaseModel):
         if self.weight_layout == "amx-gemv" or self.n_seq_max == 1:
             return True
         return self.kv_unified == "on"
+
+    @property
+    def effective_backend_sampling(self) -> bool:
+        """Sample in the graph? `auto`: where layers are offloaded (the logits then stay on the card,
+        only token ids come back); not on the CPU, where the graph's sampler runs on the same cores
+        as the host sampler (outpost/engine/host_sampling.py) and saves no copy across a bus."""
+        if self.backend_sampling == "auto":
+            return self.n_gpu_layers != 0
+        return self.backend_sampling == "on"
 
     @property
     def effective_n_ubatch(self) -> int:

@@ -15,7 +15,7 @@ from outpost.engine.draft_model import DraftModel
 from outpost.engine.host_sampling import HostSampler
 from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
-from outpost.engine.sampling import SamplerChain
+from outpost.engine.sampling import SamplerChain, backend_can_sample
 from outpost.engine.speculate import verify_draft
 from outpost.engine.step_timing import measure_step_times, measure_verify_times
 from outpost.messages import TokenLogprob
@@ -48,6 +48,7 @@ class ModelRunner:
         self.samplers: dict[int, SamplerChain] = {}  # seq_id -> the chain it samples with
         self._n_probs: dict[int, int] = {}  # seq_id -> top logprobs wanted (absent: none)
         self.host_sampler = HostSampler(model.vocab.n_tokens)
+        self.backend_sampling = model.config.effective_backend_sampling
         self._warm = False
 
     def warmup(self) -> None:
@@ -86,6 +87,9 @@ class ModelRunner:
             # one (llama_batch_allocr::split_equal, sequential): in seq id order, all busy slots in
             # a row share one pass over the weights.
             chunks = sorted(chunks, key=lambda chunk: chunk.seq_id)
+        for chunk in chunks:
+            if chunk.n_draft:  # a draft's outputs are verified on the host, one by one
+                self.samplers[chunk.seq_id].detach(self.model.ctx)
         outputs = self.batch.fill(chunks)
         status = int(llama.llama_decode(self.model.ctx, self.batch.struct))
         if status != 0:
@@ -130,11 +134,20 @@ class ModelRunner:
 
     def _setup_sampler(self, setup: SamplerSetup) -> None:
         chain = self.chains.get(setup.request_id)
+        before = self.samplers.get(setup.seq_id)
+        if before is not None and before is not chain and before.backend_seq == setup.seq_id:
+            before.detach(self.model.ctx)  # a preempted request's chain must not sample the newcomer
         if chain is None:  # a new request (a resumed one keeps the chain it had)
             vocab = self.model.vocab
-            chain = SamplerChain(setup.params, vocab.handle, vocab.n_tokens, vocab.eog_ids, self.host_sampler)
+            in_graph = self.backend_sampling and backend_can_sample(setup.params)
+            host = None if in_graph else self.host_sampler
+            chain = SamplerChain(setup.params, vocab.handle, vocab.n_tokens, vocab.eog_ids, host)
             chain.accept_history(setup.history)
             self.chains[setup.request_id] = chain
+            if in_graph:
+                chain.attach(self.model.ctx, setup.seq_id)
+        elif chain.backend_seq is not None and chain.backend_seq != setup.seq_id:
+            chain.attach(self.model.ctx, setup.seq_id)  # a clone of it, its draws continuing
         self.samplers[setup.seq_id] = chain
         if setup.params.n_probs >= 0:
             self._n_probs[setup.seq_id] = setup.params.n_probs
@@ -148,6 +161,7 @@ class ModelRunner:
         for seq_id in [s for s, c in self.samplers.items() if c is chain]:
             del self.samplers[seq_id]
             self._n_probs.pop(seq_id, None)
+        chain.detach(self.model.ctx)
         chain.free()
 
     def _sample(self, outputs: dict[int, int]) -> dict[int, SampledToken]:
@@ -182,9 +196,16 @@ class ModelRunner:
             top = tuple((int(t), float(logprobs[t])) for t in best)
         return TokenLogprob(token, float(logprobs[token]), top)
 
+    def describe_sampling(self) -> str:
+        """For the ready line: where tokens are sampled."""
+        how = "backend sampling on" if self.backend_sampling else "backend sampling off"
+        asked = self.model.config.backend_sampling
+        return f"{how} ({'auto' if asked == 'auto' else 'asked'})"
+
     def close(self) -> None:
         """Free the sampler chains (before the model goes; the caller closes the model)."""
         for chain in self.chains.values():
+            chain.detach(self.model.ctx)
             chain.free()
         self.chains.clear()
         self.samplers.clear()

@@ -11,6 +11,13 @@ a 49k vocabulary, 3% of a 135M model's decode step), where an argmax over the lo
 Given a `HostSampler`, a chain it can do exactly (top-k, top-p, min-p, temperature, bans: the
 defaults requests get) samples there instead, without the native chain: the runner samples all
 such sequences of a step in one call (outpost/engine/host_sampling.py).
+
+With backend sampling a chain llama.cpp can run in its graph is attached to its sequence
+(`attach`): the decode samples it, and `sample()` reads the token back (llama_sampler_sample does,
+accepting it into the chain). llama.cpp sets a chain up for one graph once in its life (and skips
+its graph samplers on the host after that), so `detach` swaps in a clone, which carries the state
+(the draw generator's included) and may be attached again: a preempted request resumed in another
+slot continues its seeded draws exactly there; a draft to verify samples on the host.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ class SamplerChain:
         self.seed = params.seed if params.seed is not None else random.getrandbits(32)
         self._host = host
         self.host: HostSequence | None = None
+        self.backend_seq: int | None = None  # the sequence whose decode samples this chain
         if host is not None and not self._argmax_only:
             self.host = host.sequence(params, eog_ids, self.seed)
             if self.host is not None:
@@ -117,7 +125,32 @@ class SamplerChain:
         for token in tokens:
             llama.llama_sampler_accept(penalties, token)
 
+    def attach(self, ctx: Any, seq_id: int) -> bool:
+        """Have llama.cpp sample `seq_id` with this chain in its graph; False where it refused."""
+        if self.host is not None or not self._chain:
+            return False
+        if self.backend_seq is not None:
+            self.detach(ctx)
+        if not llama.llama_set_sampler(ctx, seq_id, self._chain):
+            return False
+        self.backend_seq = seq_id
+        return True
+
+    def detach(self, ctx: Any) -> None:
+        """Back to the host (before the chain is freed, or its sequence changes)."""
+        if self.backend_seq is None:
+            return
+        llama.llama_set_sampler(ctx, self.backend_seq, None)
+        self.backend_seq = None
+        clone = llama.llama_sampler_clone(self._chain)
+        if not clone:
+            raise RuntimeError("llama.cpp failed to clone a sampler chain")
+        llama.llama_sampler_free(self._chain)
+        self._chain = clone
+
     def sample(self, ctx: Any, output_index: int) -> int:
+        if self.backend_seq is not None:  # the decode sampled it; this reads and accepts the token
+            return int(llama.llama_sampler_sample(self._chain, ctx, output_index))
         if self.host is not None and self._host is not None:
             return self._host.sample(ctx, [(self.host, output_index)])[0]
         if self._argmax_only:
@@ -146,6 +179,22 @@ class SamplerChain:
         if self._chain:
             llama.llama_sampler_free(self._chain)
             self._chain = None
+
+
+def backend_can_sample(params: SamplingParams) -> bool:
+    """Chains llama.cpp's graph samples exactly as the host does: greedy, temperature, top-k,
+    top-p, min-p and a seeded draw; not grammar, logit bias, penalties, typical-p nor logprobs
+    (which need the raw logits row)."""
+    return (
+        not params.grammar
+        and not params.logit_bias
+        and not params.ignore_eos
+        and params.repeat_penalty == 1.0
+        and params.frequency_penalty == 0.0
+        and params.presence_penalty == 0.0
+        and not 0.0 < params.typical_p < 1.0
+        and params.n_probs < 0
+    )
 
 
 def is_plain_greedy(params: SamplingParams) -> bool:

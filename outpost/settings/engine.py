@@ -129,6 +129,16 @@ class EngineSettings(Block):
         "layout and -np 1 always use one pool",
         choices=_SWITCH3,
     )
+    backend_sampling: bool | None = setting(
+        None,
+        "-bs",
+        "--backend-sampling",
+        help="sample in llama.cpp's graph (its backend sampling: only token ids come back) the requests "
+        "whose chain it does exactly (greedy, temperature, top-k, top-p, min-p, seed; grammar, logit "
+        "bias, penalties, logprobs and speculation stay on the host in the same step); default: on "
+        "with GPU layers, off on the CPU, where the host sampler measured no slower",
+        action="switch",
+    )
     prefix_cache: bool = setting(
         True,
         "--no-prefix-cache",

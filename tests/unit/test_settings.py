@@ -52,7 +52,8 @@ def test_each_field_is_its_flag_help_and_variable_in_each_command(command: str, 
         long = next(n for n in flag.names if n.startswith("--"))
         variable = env_name(action)
         assert variable == "OUTPOST_" + long[2:].upper().replace("-", "_")
-        negated = tuple(f"--no-{n[2:]}" for n in flag.names) if flag.action == "switch" else ()
+        switch = flag.action == "switch"  # argparse negates its long names only (-bs has no --no-s)
+        negated = tuple(f"--no-{n[2:]}" for n in flag.names if n.startswith("--")) if switch else ()
         assert sorted(action.option_strings) == sorted((*flag.names, *negated))
         assert action.help is not None and action.help.startswith(flag.help)
         assert f"[env: {variable}" in action.help and flag.help.strip()
@@ -135,3 +136,30 @@ def test_worker_gains_split_mode_and_serve_keeps_its_spellings() -> None:
     assert (engine.model_id, engine.ctx_size, engine.threads, engine.batch_size) == ("x", 64, 1, 8)
     # llama-server's four split modes, tensor (llama.cpp's experimental tensor parallelism) too
     assert EngineSettings.from_args(_parse(["serve", "-sm", "tensor"], {})).split_mode == "tensor"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "asked"),
+    [
+        ([], {}, "auto"),
+        (["-bs"], {}, "on"),
+        (["--backend-sampling"], {}, "on"),
+        (["--no-backend-sampling"], {}, "off"),
+        ([], {"OUTPOST_BACKEND_SAMPLING": "0"}, "off"),
+    ],
+)
+def test_backend_sampling_is_llama_servers_bare_switch(
+    tiny_model: Path, argv: list[str], env: dict[str, str], asked: str
+) -> None:
+    """-bs bare turns it on, --no-backend-sampling off; by default on with GPU layers only."""
+    from outpost.commands.engine import engine_config
+
+    settings = EngineSettings.from_args(_parse(["serve", *argv], env))
+    config = engine_config(settings, str(tiny_model))
+    assert config.backend_sampling == asked
+    on_gpu = config.model_copy(update={"n_gpu_layers": -1})
+    assert (config.effective_backend_sampling, on_gpu.effective_backend_sampling) == {
+        "auto": (False, True),
+        "on": (True, True),
+        "off": (False, False),
+    }[asked]
