@@ -25,9 +25,17 @@ class Decoder:
         self.runner = ModelRunner(self.model)
         prompts = [chat_prompt(self.model, QUESTIONS[i % len(QUESTIONS)]) for i in range(n)]
         setups = [SamplerSetup(s, f"r{s}", replace(params, seed=s)) for s in range(n)]
-        chunks = [BatchChunk(s, p, 0, True) for s, p in enumerate(prompts)]
-        out = self.runner.execute(SchedulerOutput(sampler_setups=setups, chunks=chunks))
-        self.last = {s: t.token for s, t in out.sampled.items()}
+        self.last: dict[int, int] = {}
+        pending = [BatchChunk(s, p, 0, True) for s, p in enumerate(prompts)]
+        while pending:  # as many whole prompts as fit a batch
+            chunks = [pending.pop(0)]
+            while (
+                pending and sum(len(c.tokens) for c in chunks) + len(pending[0].tokens) <= self.model.n_batch
+            ):
+                chunks.append(pending.pop(0))
+            out = self.runner.execute(SchedulerOutput(sampler_setups=setups, chunks=chunks))
+            setups = []
+            self.last.update({s: t.token for s, t in out.sampled.items()})
         self.pos = {s: len(p) for s, p in enumerate(prompts)}
 
     def step(self) -> float:

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
         "--decode-sizes",
-        default="16,64",
+        default="16",
         help="sequence counts for whole decode steps, backend sampling vs the host sampler ('' skips)",
     )
     ap.add_argument("--decode-steps", type=int, default=30)
