@@ -16,7 +16,7 @@ from outpost.engine.config import EngineConfig
 from outpost.messages import FinishReason, GenerateRequest, SamplingParams, Timings
 
 if TYPE_CHECKING:  # loading llama.cpp is run_command's business, not the CLI's at import
-    from outpost.runtime import Engine
+    from outpost.serving.assembly import Engine
 
 
 class UsageError(Exception):
@@ -187,7 +187,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None) -> int:
     temperature = float(_pick(args.temp, preset.temperature, 0.8))  # type: ignore[arg-type]
     ctx_size = int(_pick(args.ctx_size, preset.ctx_size, 0))  # type: ignore[call-overload]
     first = _first_user_text(args, stdin)
-    from outpost.runtime import Engine
+    from outpost.serving.assembly import Engine
 
     with Engine(_engine_config(args, ctx_size), max_queue=1) as engine:
         session = ChatSession(

@@ -21,26 +21,21 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 import outpost
-from outpost.api import (
-    anthropic_routes,
-    embeddings,
-    infill,
-    llama_routes,
-    native,
-    openai_routes,
-    props,
-    rerank,
-    responses_routes,
-    sagemaker,
-    webui,
-)
-from outpost.api import slots as slot_routes
+from outpost.api import webui
+from outpost.api.anthropic import routes as anthropic_routes
 from outpost.api.auth import ApiKeyMiddleware
 from outpost.api.errors import install_error_handlers
 from outpost.api.limits import BodyLimitMiddleware
+from outpost.api.llama import completion, infill, props, rerank
+from outpost.api.llama import routes as llama_routes
+from outpost.api.llama import slots as slot_routes
 from outpost.api.metrics import Metrics
+from outpost.api.openai import embeddings
+from outpost.api.openai import routes as openai_routes
 from outpost.api.requestlog import RequestLogMiddleware
-from outpost.api.response_store import ResponseStore
+from outpost.api.responses import routes as responses_routes
+from outpost.api.responses.store import ResponseStore
+from outpost.api.sagemaker import routes as sagemaker
 from outpost.api.state import BackendFactory, Backends, ServerState
 from outpost.settings import HttpSettings
 from outpost.tracing import Tracer
@@ -105,7 +100,7 @@ def create_app(
         openai_routes,
         responses_routes,
         anthropic_routes,
-        native,
+        completion,
         infill,
         props,
         slot_routes,

@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from outpost.api.generation import Outcome
+from outpost.api.pipeline.generation import Outcome
 from outpost.messages import Timings
 
 RECORD_KEY = "outpost.record"

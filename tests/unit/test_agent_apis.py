@@ -16,7 +16,7 @@ import pytest
 from fake_backend import FakeBackend
 
 from outpost.api.app import create_app
-from outpost.api.response_store import ResponseStore
+from outpost.api.responses.store import ResponseStore
 from outpost.messages import QueueFull
 from outpost.settings import HttpSettings
 

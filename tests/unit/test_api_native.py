@@ -13,10 +13,11 @@ from typing import Any
 import httpx
 from fake_backend import FakeBackend, FakeCodec
 
-from outpost.api import native_render, slots
 from outpost.api.app import create_app
-from outpost.api.generation import Outcome
-from outpost.api.native_render import NativeSpec
+from outpost.api.llama import render as native_render
+from outpost.api.llama import slots
+from outpost.api.llama.render import NativeSpec
+from outpost.api.pipeline.generation import Outcome
 from outpost.messages import FimTokens, FinishReason, SamplingParams, TokenLogprob
 from outpost.settings import HttpSettings
 
