@@ -24,7 +24,7 @@ import outpost
 from outpost.api import webui
 from outpost.api.anthropic import routes as anthropic_routes
 from outpost.api.auth import ApiKeyMiddleware
-from outpost.api.errors import install_error_handlers
+from outpost.api.errors import Envelopes, install_error_handlers
 from outpost.api.limits import BodyLimitMiddleware
 from outpost.api.llama import completion, infill, props, rerank
 from outpost.api.llama import routes as llama_routes
@@ -116,9 +116,11 @@ def create_app(
         app.include_router(router)
     install_error_handlers(app)
     known = frozenset(r.path for router in routers for r in router.routes if isinstance(r, Route))
-    app.add_middleware(BodyLimitMiddleware, max_body=config.max_body)
+    # Errors given before a route runs, in the envelope of the API the path belongs to.
+    envelopes = Envelopes({"/v1/messages": anthropic_routes.error_response})
+    app.add_middleware(BodyLimitMiddleware, max_body=config.max_body, envelopes=envelopes)
     open_paths = (*config.open_paths, *webui.OPEN_PATHS) if config.webui else config.open_paths
-    app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, open_paths=open_paths)
+    app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, open_paths=open_paths, envelopes=envelopes)
     cors = cors_options(config.cors_origins)
     if cors is not None:
         app.add_middleware(
@@ -128,5 +130,7 @@ def create_app(
             allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
             allow_headers=["*"],
         )
-    app.add_middleware(RequestLogMiddleware, state=state, known_paths=known, tracer=tracer)
+    app.add_middleware(
+        RequestLogMiddleware, state=state, known_paths=known, tracer=tracer, envelopes=envelopes
+    )
     return app

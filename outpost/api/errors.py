@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from outpost.messages import ChatTemplateError, ContextExceeded, QueueFull, RequestRejected
@@ -63,6 +64,23 @@ class ApiError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+Envelope = Callable[[ApiError], Response]
+
+
+class Envelopes:
+    """Each API's error envelope by path prefix, OpenAI's elsewhere: for the replies middleware
+    gives before any route runs (a missing key, a body over the limit, a draining server)."""
+
+    def __init__(self, by_prefix: Mapping[str, Envelope] | None = None) -> None:
+        self.by_prefix = dict(by_prefix or {})
+
+    def response(self, path: str, err: ApiError) -> Response:
+        for prefix, envelope in self.by_prefix.items():
+            if path.startswith(prefix):
+                return envelope(err)
+        return err.response()
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:

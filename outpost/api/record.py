@@ -27,6 +27,7 @@ class RequestRecord:
     timings: dict[str, Any] | None = None
     prompt: str | None = None
     completion: str | None = None
+    cancelled: bool = False  # the client went away before the reply ended (its generations aborted)
     # (timings, wall-clock ns when it finished) per generation: what tracing lays its spans out from.
     finished: list[tuple[Timings, int]] = field(default_factory=list)
 

@@ -30,13 +30,22 @@ from outpost.api.anthropic.translate import (
 )
 from outpost.api.errors import ApiError
 from outpost.api.pipeline import mapping
-from outpost.api.pipeline.chat_run import ChatRun, Ending, answer_parts, collect, plan_for, start_chat
+from outpost.api.pipeline.chat_run import (
+    ChatRun,
+    Ending,
+    Protocol,
+    answer_parts,
+    collect,
+    plan_for,
+    start_chat,
+)
 from outpost.api.pipeline.sse import sse_response, with_keepalive
 from outpost.api.record import record_of
 from outpost.api.state import ServerState, state_of
 
 _log = logging.getLogger("outpost.api")
 router = APIRouter()
+MESSAGES = Protocol("msg", mapping.Names("messages", "max_tokens"), most_choices=1)
 JSON_PIECES = 3  # input_json_delta events per tool call: clients must join them, so send several
 
 
@@ -81,7 +90,7 @@ async def count_tokens(request: Request) -> Response:
 async def _messages(request: Request) -> Response:
     state = state_of(request)
     body = await _parse(request, MessagesRequest)
-    run = await start_chat(state, chat_request(body), request, prefix="msg")
+    run = await start_chat(state, chat_request(body), request, MESSAGES)
     mid = run.rid.replace("msg-", "msg_")
     if body.stream:
         events = _stream(state, request, run, mid)
@@ -120,8 +129,10 @@ def stop_reason(ending: Ending) -> str:
 
 
 def _usage(n_prompt: int, n_out: int, cached: int = 0) -> dict[str, Any]:
+    """Anthropic's counts: input_tokens are those read afresh, the cached ones are apart (their sum
+    is the prompt), as its API reports them."""
     return {
-        "input_tokens": n_prompt,
+        "input_tokens": n_prompt - cached,
         "output_tokens": n_out,
         "cache_read_input_tokens": cached,
         "cache_creation_input_tokens": 0,
@@ -212,8 +223,9 @@ async def _stream(state: ServerState, request: Request, run: ChatRun, mid: str) 
                     yield chunk
                 record_of(request).add_outcome(piece.out, run.prompt, state.config.log_prompts)
                 delta = {"stop_reason": stop_reason(piece), "stop_sequence": piece.stop_string}
-                n_out = len(piece.out.token_ids)
-                yield event("message_delta", delta=delta, usage={"output_tokens": n_out})
+                n_out, cached = len(piece.out.token_ids), piece.out.timings.cache_n
+                usage = _usage(len(run.gen.request.prompt_tokens), n_out, cached)
+                yield event("message_delta", delta=delta, usage=usage)
                 yield event("message_stop")
                 return
             for kind, text in (("thinking", piece.reasoning), ("text", piece.content)):

@@ -49,6 +49,7 @@ class MessagesRequest(BaseModel):
     messages: list[dict[str, Any]] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None
     max_tokens: int = Field(ge=1)
+    n: int | None = None  # not Anthropic's: a client that sends it hears it is 1 here, not silence
     stop_sequences: list[str] | None = Field(None, max_length=16)
     temperature: float | None = Field(None, ge=0.0, le=1.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
@@ -177,6 +178,7 @@ def chat_request(body: MessagesRequest) -> ChatCompletionRequest:
         "model": body.model,
         "messages": chat_messages(body),
         "max_tokens": body.max_tokens,
+        "n": body.n,
         "stop": body.stop_sequences,
         "temperature": body.temperature,
         "top_p": body.top_p,

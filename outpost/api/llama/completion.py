@@ -31,7 +31,6 @@ from outpost.api.pipeline import mapping
 from outpost.api.pipeline.generation import (
     Generation,
     Outcome,
-    finish_error,
     outcome_error,
     start_all,
     wait_outcomes,
@@ -45,6 +44,7 @@ from outpost.messages import SamplingParams
 router = APIRouter()
 
 Piece = str | int
+NATIVE = mapping.Names("prompt", "n_predict")
 
 
 def _is_mixed(items: list[Any]) -> bool:
@@ -185,11 +185,11 @@ async def run(
     gens = []
     for i, tokens in enumerate(token_lists):
         budget = mapping.resolve_max_tokens(
-            len(tokens), requested, backend.n_ctx_seq, backend.n_ctx_seq, "n_predict"
+            len(tokens), requested, backend.n_ctx_seq, backend.n_ctx_seq, NATIVE
         )
         sub_id = rid if len(token_lists) == 1 else f"{rid}-{i}"
         req = mapping.generate_request(tokens, budget, params, stop, sub_id, cfg.request_timeout, arrival)
-        gens.append(Generation(backend, req, state.metrics))
+        gens.append(Generation(backend, req, state.metrics, NATIVE))
     spec = NativeSpec(
         model=model_id,
         codec=codec,
@@ -228,7 +228,7 @@ async def _stream(
             )
         if not event.finished:
             continue
-        err = finish_error(event.finish_reason, event.error, timeout, event.error_param)
+        err = outcome_error(out, timeout)
         if err is not None:
             yield sse(err.body())
             return

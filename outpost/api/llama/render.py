@@ -106,7 +106,7 @@ def final(spec: NativeSpec, index: int, out: Outcome, prompt: str) -> dict[str, 
         "id_slot": -1,
         "stop": True,
         "model": spec.model,
-        "tokens_predicted": len(out.token_ids),
+        "tokens_predicted": out.timings.predicted_n or len(out.token_ids),  # timings' count, as llama-server
         "tokens_evaluated": out.n_prompt,
         "generation_settings": generation_settings(spec),
         "prompt": prompt,

@@ -33,6 +33,8 @@ from outpost.api.state import ServerState
 from outpost.backend import InferenceBackend, PromptCodec
 from outpost.messages import FinishReason
 
+COMPLETION = mapping.Names("prompt", "max_tokens")
+
 
 def _spec(
     state: ServerState,
@@ -122,7 +124,7 @@ async def handle_completion(state: ServerState, body: CompletionRequest, request
     gens = []
     for i, tokens in enumerate(token_lists):
         budget = mapping.resolve_max_tokens(
-            len(tokens), body.max_tokens, backend.n_ctx_seq, cfg.default_max_tokens
+            len(tokens), body.max_tokens, backend.n_ctx_seq, cfg.default_max_tokens, COMPLETION
         )
         for j in range(n):  # choice index i*n + j, as OpenAI orders n choices of several prompts
             sub_id = rid if len(token_lists) * n == 1 else f"{rid}-{i * n + j}"
@@ -130,7 +132,7 @@ async def handle_completion(state: ServerState, body: CompletionRequest, request
             req = mapping.generate_request(
                 tokens, budget, params, stop, sub_id, cfg.request_timeout, arrival, spec_req
             )
-            gens.append(Generation(backend, req, state.metrics))
+            gens.append(Generation(backend, req, state.metrics, COMPLETION))
     await start_all(gens)
     wants_text = cfg.log_prompts or bool(body.echo)
     texts = [p if isinstance(p, str) else codec.detokenize(p) if wants_text else "" for p in prompts]

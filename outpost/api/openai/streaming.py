@@ -22,7 +22,7 @@ from typing import Any
 from outpost.api.errors import ApiError
 from outpost.api.openai import render
 from outpost.api.pipeline.chat_plan import ChatPlan
-from outpost.api.pipeline.generation import Generation, Outcome, finish_error
+from outpost.api.pipeline.generation import Generation, Outcome, outcome_error
 from outpost.api.pipeline.sse import DONE, merge, sse, with_keepalive
 from outpost.api.record import RequestRecord
 from outpost.backend import PromptCodec
@@ -96,9 +96,7 @@ async def _chat_stream(
                 yield sse(chunk(delta, logprobs=lp))
             if not event.finished:
                 continue
-            err = finish_error(
-                event.finish_reason, event.error, spec.timeout, event.error_param, event.error_counts
-            )
+            err = outcome_error(out, spec.timeout)
             if err is not None:
                 yield sse(err.body())
                 break
@@ -137,13 +135,7 @@ async def _completion_stream(gens: list[Generation], spec: StreamSpec) -> AsyncI
             lp = None
             if spec.logprobs and event.logprobs:
                 lp = render.completion_logprobs(spec.codec, event.logprobs, len(out.text) - len(event.text))
-            err = (
-                finish_error(
-                    event.finish_reason, event.error, spec.timeout, event.error_param, event.error_counts
-                )
-                if event.finished
-                else None
-            )
+            err = outcome_error(out, spec.timeout) if event.finished else None
             if err is not None:
                 yield sse(err.body())
                 break

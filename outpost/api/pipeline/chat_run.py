@@ -27,7 +27,7 @@ from outpost.api.pipeline.generation import (
     ClientDisconnected,
     Generation,
     Outcome,
-    finish_error,
+    outcome_error,
     start_all,
     until_disconnect,
 )
@@ -74,6 +74,19 @@ def _max_tokens(body: ChatCompletionRequest) -> tuple[int | None, str]:
     return body.max_tokens, "max_tokens"
 
 
+@dataclass(frozen=True)
+class Protocol:
+    """How an API that speaks chat differs in its request: its id prefix, its field names (errors
+    name them), and how many choices it can answer with (`n`)."""
+
+    prefix: str = "chatcmpl"
+    names: mapping.Names | None = None  # None: chat's own (max_tokens or max_completion_tokens)
+    most_choices: int = mapping.MAX_N
+
+
+CHAT = Protocol()
+
+
 async def plan_for(state: ServerState, body: ChatCompletionRequest) -> tuple[str, InferenceBackend, ChatPlan]:
     model_id, backend = state.backend_for(body.model)
     render_with = functools.partial(mapping.render_dicts, backend.codec)
@@ -89,22 +102,38 @@ async def plan_for(state: ServerState, body: ChatCompletionRequest) -> tuple[str
 
 
 async def start_chat(
-    state: ServerState, body: ChatCompletionRequest, request: Request, prefix: str = "chatcmpl"
+    state: ServerState, body: ChatCompletionRequest, request: Request, protocol: Protocol = CHAT
 ) -> ChatRun:
-    """Plan, tokenize, budget and submit `body`; refusals are ApiErrors before any reply byte."""
+    """Plan, tokenize, budget and submit `body`; refusals are ApiErrors before any reply byte, naming
+    the fields as the protocol calls them."""
+    names = protocol.names or mapping.Names("messages", _max_tokens(body)[1])
+    try:
+        return await _start(state, body, request, protocol, names)
+    except ApiError as err:
+        err.param = names.rename(err.param)
+        raise
+
+
+async def _start(
+    state: ServerState,
+    body: ChatCompletionRequest,
+    request: Request,
+    protocol: Protocol,
+    names: mapping.Names,
+) -> ChatRun:
     arrival = time.monotonic()
-    n = mapping.check_n(body.n)
+    n = mapping.check_n(body.n, protocol.most_choices)
     model_id, backend, plan = await plan_for(state, body)
     codec = backend.codec
     tokens = await asyncio.to_thread(mapping.prompt_tokens, codec, plan.prompt)
-    requested, param = _max_tokens(body)
+    requested, _ = _max_tokens(body)
     cfg = state.config
     max_tokens = mapping.resolve_max_tokens(
-        len(tokens), requested, backend.n_ctx_seq, cfg.default_max_tokens, param
+        len(tokens), requested, backend.n_ctx_seq, cfg.default_max_tokens, names
     )
     n_probs = (body.top_logprobs or 0) if body.logprobs else -1
     sampling = plan.sampling(mapping.sampling_params(codec, body, n_probs, state.sampling_defaults))
-    rid = mapping.new_request_id(prefix)
+    rid = mapping.new_request_id(protocol.prefix)
     record_of(request).id = rid
     stops = mapping.stop_strings(body.stop)
     spec = mapping.speculative(body)
@@ -114,7 +143,7 @@ async def start_chat(
         req = mapping.generate_request(
             tokens, max_tokens, params, stops, sub_id, cfg.request_timeout, arrival, spec
         )
-        gens.append(Generation(backend, req, state.metrics))
+        gens.append(Generation(backend, req, state.metrics, names))
     await start_all(gens)
     return ChatRun(model_id, backend, plan, gens[0], rid, plan.prompt, stops, gens)
 
@@ -142,7 +171,7 @@ async def answer_parts(run: ChatRun, timeout: float) -> AsyncIterator[Part | End
             yield Part(delta.get("reasoning_content", ""), delta.get("content", ""))
         if not event.finished:
             continue
-        err = finish_error(event.finish_reason, event.error, timeout)
+        err = outcome_error(out, timeout)
         if err is not None:
             raise err
         for delta in reader.finish(truncated=event.finish_reason is FinishReason.LENGTH):

@@ -20,9 +20,11 @@ from starlette.requests import Request
 
 from outpost.api.errors import ApiError, context_length_exceeded, from_engine_rejection, queue_full
 from outpost.api.metrics import Metrics, RequestObserver
+from outpost.api.pipeline.mapping import Names, context_refusal
 from outpost.backend import EventStream, InferenceBackend
 from outpost.messages import (
     BackendUnavailable,
+    ContextExceeded,
     FinishReason,
     GenerateRequest,
     QueueFull,
@@ -56,6 +58,8 @@ class Outcome:
     error: str | None = None
     error_param: str | None = None
     error_counts: tuple[int, int] | None = None
+    max_tokens: int | None = None  # what the request asked for: a refusal's words repeat it
+    names: Names = field(default_factory=Names)  # the protocol's field names, for its errors
 
     def add(self, event: TokenEvent) -> None:
         self.token_ids += event.token_ids
@@ -70,7 +74,14 @@ class Outcome:
             self.error_counts = event.error_counts
 
 
-def admission_error(exc: BaseException) -> ApiError:
+def admission_error(
+    exc: BaseException, names: Names | None = None, max_tokens: int | None = None
+) -> ApiError:
+    """The reply to a backend's refusal before accepting (429, 400 in the protocol's names, 503)."""
+    if isinstance(exc, ContextExceeded) and names is not None:
+        refused = context_refusal(names, exc.n_prompt, max_tokens, exc.n_ctx)
+        if refused is not None:
+            return refused
     if isinstance(exc, QueueFull):
         return queue_full(str(exc) or "the server is busy; retry later")
     if isinstance(exc, RequestRejected):
@@ -93,21 +104,10 @@ def timeout_error(timeout: float) -> ApiError:
     )
 
 
-def finish_error(
-    finish: FinishReason | None,
-    message: str | None,
-    timeout: float,
-    param: str | None = None,
-    counts: tuple[int, int] | None = None,
-) -> ApiError | None:
-    """The error a finish deserves (timeout 504, engine error 500, abort 503), or None for stop/length.
-
-    An ERROR with a `param` is the request's fault (a worker's context could not hold it): the 400
-    serve gives before accepting it."""
+def finish_error(finish: FinishReason | None, message: str | None, timeout: float) -> ApiError | None:
+    """The error a finish deserves (timeout 504, engine error 500, abort 503), or None for stop/length."""
     if finish is FinishReason.TIMEOUT:
         return timeout_error(timeout)
-    if finish is FinishReason.ERROR and param is not None:
-        return context_length_exceeded(message or "the request does not fit the context", param, counts)
     if finish is FinishReason.ERROR:
         return ApiError(
             500, message or "the engine failed this request", type="server_error", code="engine_error"
@@ -118,14 +118,37 @@ def finish_error(
 
 
 def outcome_error(outcome: Outcome, timeout: float) -> ApiError | None:
-    return finish_error(outcome.finish, outcome.error, timeout, outcome.error_param, outcome.error_counts)
+    """The one error mapping of a finished (or finishing) generation, whatever the protocol.
+
+    An ERROR with a `param` is the request's fault (a cluster worker's context could not hold it):
+    the 400 serve gives before accepting it, in the protocol's field names."""
+    if outcome.finish is FinishReason.ERROR and outcome.error_param is not None:
+        return _refused(outcome)
+    return finish_error(outcome.finish, outcome.error, timeout)
+
+
+def _refused(out: Outcome) -> ApiError:
+    if out.error_counts is not None:
+        n_prompt, n_ctx = out.error_counts
+        again = context_refusal(out.names, n_prompt, out.max_tokens, n_ctx)
+        if again is not None:
+            return again
+    message = out.error or "the request does not fit the context"
+    return context_length_exceeded(message, out.names.rename(out.error_param), out.error_counts)
 
 
 class Generation:
     """One request in the backend, seen from the HTTP side."""
 
-    def __init__(self, backend: InferenceBackend, request: GenerateRequest, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        backend: InferenceBackend,
+        request: GenerateRequest,
+        metrics: Metrics,
+        names: Names | None = None,
+    ) -> None:
         self.request = request
+        self.names = names or Names()
         self._backend = backend
         self._observer = RequestObserver(metrics, request.arrival_time, len(request.prompt_tokens))
         self._stream: EventStream | None = None
@@ -135,7 +158,7 @@ class Generation:
         try:
             self._stream = await self._backend.submit(self.request)
         except (QueueFull, RequestRejected, RuntimeError) as exc:
-            raise admission_error(exc) from exc
+            raise admission_error(exc, self.names, self.request.max_tokens) from exc
 
     async def events(self) -> AsyncIterator[TokenEvent]:
         """The request's events; leaving early aborts the request."""
@@ -162,7 +185,10 @@ class Generation:
         return out
 
     def new_outcome(self) -> Outcome:
-        return Outcome(self.request.request_id, len(self.request.prompt_tokens))
+        request = self.request
+        return Outcome(
+            request.request_id, len(request.prompt_tokens), max_tokens=request.max_tokens, names=self.names
+        )
 
 
 async def start_all(generations: list[Generation]) -> None:

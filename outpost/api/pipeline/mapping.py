@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from outpost.api.errors import bad_request, context_length_exceeded
+from outpost.api.errors import ApiError, bad_request, context_length_exceeded
 from outpost.api.pipeline.schemas import ResponseFormat, SamplingFields
 from outpost.backend import PromptCodec
 from outpost.messages import ChatTemplateError, GenerateRequest, SamplingParams, SpecRequest, context_exceeded
@@ -23,14 +23,40 @@ DEFAULTS = SamplingParams()  # llama-server's defaults live in the dataclass
 
 
 MAX_N = 16  # choices per request: each is a request of its own, sharing the prompt's KV
+PROMPT_FIELDS = frozenset({"messages", "prompt", "inputs", "input"})
+BUDGET_FIELDS = frozenset({"max_tokens", "max_completion_tokens", "n_predict", "max_new_tokens"})
 
 
-def check_n(n: int | None) -> int:
-    """The number of choices asked for (1 to MAX_N)."""
+@dataclasses.dataclass(frozen=True)
+class Names:
+    """What a protocol calls the prompt and the output budget: the fields its errors name."""
+
+    prompt: str = "messages"
+    max_tokens: str = "max_tokens"
+
+    def rename(self, param: str | None) -> str | None:
+        """Another protocol's (or the engine's) name for the prompt or the budget -> this one's."""
+        if param in PROMPT_FIELDS:
+            return self.prompt
+        return self.max_tokens if param in BUDGET_FIELDS else param
+
+
+def context_refusal(names: Names, n_prompt: int, max_tokens: int | None, n_ctx_seq: int) -> ApiError | None:
+    """The 400 for a prompt (+ max_tokens) beyond `n_ctx_seq`, naming the protocol's fields, or None."""
+    exceeded = context_exceeded(n_prompt, max_tokens, n_ctx_seq, names.max_tokens, names.prompt)
+    if exceeded is None:
+        return None
+    return context_length_exceeded(str(exceeded), exceeded.param, (exceeded.n_prompt, exceeded.n_ctx))
+
+
+def check_n(n: int | None, most: int = MAX_N) -> int:
+    """The number of choices asked for (1 to MAX_N; to `most` on an API that answers with fewer)."""
     if n is None:
         return 1
     if not 1 <= n <= MAX_N:
         raise bad_request(f"n={n} is out of range: ask for 1 to {MAX_N} choices", param="n")
+    if n > most:
+        raise bad_request(f"n={n}: this API answers with {most} output per request", param="n")
     return n
 
 
@@ -67,13 +93,14 @@ def check_token_ids(codec: PromptCodec, tokens: Sequence[int], param: str) -> No
 
 
 def resolve_max_tokens(
-    n_prompt: int, requested: int | None, n_ctx_seq: int, default: int, param: str = "max_tokens"
+    n_prompt: int, requested: int | None, n_ctx_seq: int, default: int, names: Names = Names()
 ) -> int:
     """The output budget; prompt + explicit max_tokens beyond the context is a 400."""
     explicit = None if requested is None or requested == -1 else requested
-    exceeded = context_exceeded(n_prompt, explicit, n_ctx_seq, param)
-    if exceeded is not None:
-        raise context_length_exceeded(str(exceeded), exceeded.param, (exceeded.n_prompt, exceeded.n_ctx))
+    refused = context_refusal(names, n_prompt, explicit, n_ctx_seq)
+    if refused is not None:
+        raise refused
+    param = names.max_tokens
     room = n_ctx_seq - n_prompt
     if requested is None or requested == -1:
         return min(default, room) if requested is None else room

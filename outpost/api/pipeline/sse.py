@@ -19,6 +19,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from outpost.api.pipeline.generation import Generation
+from outpost.api.record import RECORD_KEY, RequestRecord
 
 T = TypeVar("T")
 
@@ -37,11 +38,19 @@ class _SseResponse(StreamingResponse):
     def __init__(self, body: AsyncIterator[bytes], generations: list[Generation]) -> None:
         super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
         self._generations = generations
+        self._complete = False
+
+    async def stream_response(self, send: Send) -> None:
+        await super().stream_response(send)
+        self._complete = True  # not reached when the client left (cancelled, or the send failed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
+            record = scope.get(RECORD_KEY)
+            if not self._complete and isinstance(record, RequestRecord):
+                record.cancelled = True  # the access log says a cancel, not an error
             for gen in self._generations:  # a no-op for the ones that finished
                 await gen.cancel()
 

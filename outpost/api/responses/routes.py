@@ -17,7 +17,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from outpost.api.errors import ApiError, bad_request
-from outpost.api.pipeline.chat_run import ChatRun, Ending, answer_parts, collect, start_chat
+from outpost.api.pipeline import mapping
+from outpost.api.pipeline.chat_run import ChatRun, Ending, Protocol, answer_parts, collect, start_chat
 from outpost.api.pipeline.sse import sse_response, with_keepalive
 from outpost.api.record import record_of
 from outpost.api.responses.render import (
@@ -38,6 +39,7 @@ from outpost.api.state import ServerState, state_of
 
 _log = logging.getLogger("outpost.api")
 router = APIRouter()
+RESPONSES = Protocol("resp", mapping.Names("input", "max_output_tokens"), most_choices=1)
 ARG_PIECES = 3  # argument deltas per call: clients must join them, so send several
 
 
@@ -69,7 +71,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     previous = _previous(store, body.previous_response_id)
     history = [*previous, *input_messages(body)]
     chat = chat_request(body, previous)
-    run = await start_chat(state, chat, request, prefix="resp")
+    run = await start_chat(state, chat, request, RESPONSES)
     draft = ResponseDraft(body, run.model_id, id=run.rid.replace("resp-", "resp_"))
     if body.stream:
         events = _stream(state, request, run, draft, history)

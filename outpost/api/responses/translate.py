@@ -29,6 +29,7 @@ class ResponsesRequest(BaseModel):
     parallel_tool_calls: bool | None = None
     text: dict[str, Any] | None = None
     max_output_tokens: int | None = Field(None, ge=1)
+    n: int | None = None  # not OpenAI's: a client that sends it hears it is 1 here, not silence
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
     stream: bool = False
@@ -141,6 +142,7 @@ def chat_request(body: ResponsesRequest, history: list[dict[str, Any]]) -> ChatC
         "model": body.model,
         "messages": messages,
         "max_completion_tokens": body.max_output_tokens,
+        "n": body.n,
         "temperature": body.temperature,
         "top_p": body.top_p,
         "tools": _tools(body),

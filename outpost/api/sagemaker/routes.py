@@ -28,6 +28,7 @@ from outpost.api.state import ServerState, state_of
 from outpost.messages import SamplingParams
 
 router = APIRouter()
+TGI = mapping.Names("inputs", "max_new_tokens")
 
 
 @router.get("/ping", tags=["sagemaker"])
@@ -116,7 +117,7 @@ async def handle_tgi(state: ServerState, body: TgiRequest, request: Request) -> 
     tokens = await asyncio.to_thread(backend.codec.tokenize_prompt, body.inputs)
     p = body.parameters
     max_tokens = mapping.resolve_max_tokens(
-        len(tokens), p.max_new_tokens, backend.n_ctx_seq, cfg.default_max_tokens, "max_new_tokens"
+        len(tokens), p.max_new_tokens, backend.n_ctx_seq, cfg.default_max_tokens, TGI
     )
     rid = mapping.new_request_id("tgi")
     record_of(request).id = rid
@@ -124,7 +125,7 @@ async def handle_tgi(state: ServerState, body: TgiRequest, request: Request) -> 
     req = mapping.generate_request(
         tokens, max_tokens, tgi_sampling(p), stop, rid, cfg.request_timeout, arrival
     )
-    gen = Generation(backend, req, state.metrics)
+    gen = Generation(backend, req, state.metrics, TGI)
     await gen.start()
     (out,) = await wait_outcomes(request, [gen])
     record_of(request).add_outcome(out, body.inputs, cfg.log_prompts)
