@@ -7,7 +7,6 @@ same shape, so bad input is always a 4xx and never a 500.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -121,11 +120,6 @@ def from_engine_rejection(exc: RequestRejected) -> ApiError:
     if "tokens" in text and ("position" in text or "context" in text):
         return context_length_exceeded(text)
     return bad_request(text)
-
-
-def error_bytes(err: ApiError) -> bytes:
-    """The error as one SSE event's JSON (used inside streams, where the status is already sent)."""
-    return json.dumps(err.body()).encode()
 
 
 def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:

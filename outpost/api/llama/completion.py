@@ -32,11 +32,9 @@ from outpost.api.pipeline.generation import (
     Generation,
     Outcome,
     outcome_error,
-    start_all,
-    wait_outcomes,
 )
 from outpost.api.pipeline.sse import merge, sse, sse_response, with_keepalive
-from outpost.api.record import record_of
+from outpost.api.pipeline.submit import Submission, outcomes, submit
 from outpost.api.state import state_of
 from outpost.backend import InferenceBackend, PromptCodec
 from outpost.messages import SamplingParams
@@ -179,17 +177,9 @@ async def run(
     chain = _samplers(body)
     params = sampling(codec, body, chain)
     stop = mapping.stop_strings(body.stop)
-    rid = mapping.new_request_id("cmpl")
-    record_of(request).id = rid
     requested = _budget(body)
-    gens = []
-    for i, tokens in enumerate(token_lists):
-        budget = mapping.resolve_max_tokens(
-            len(tokens), requested, backend.n_ctx_seq, backend.n_ctx_seq, NATIVE
-        )
-        sub_id = rid if len(token_lists) == 1 else f"{rid}-{i}"
-        req = mapping.generate_request(tokens, budget, params, stop, sub_id, cfg.request_timeout, arrival)
-        gens.append(Generation(backend, req, state.metrics, NATIVE))
+    n_ctx = backend.n_ctx_seq  # no n_predict: what the context leaves, as llama-server
+    sub = Submission(backend, token_lists, requested, n_ctx, params, stop, NATIVE, "cmpl", arrival=arrival)
     spec = NativeSpec(
         model=model_id,
         codec=codec,
@@ -201,16 +191,11 @@ async def run(
         return_tokens=body.return_tokens,
         post_sampling_probs=body.post_sampling_probs,
     )
-    await start_all(gens)
+    _, gens = await submit(state, request, sub)
     if body.stream:
         stream = _stream(gens, spec, texts, cfg.request_timeout)
         return sse_response(with_keepalive(stream, cfg.sse_keepalive), gens)
-    outs = await wait_outcomes(request, gens)
-    for text, out in zip(texts, outs, strict=True):
-        record_of(request).add_outcome(out, text, cfg.log_prompts)
-    err = next((e for e in (outcome_error(o, cfg.request_timeout) for o in outs) if e is not None), None)
-    if err is not None:
-        raise err
+    outs = await outcomes(state, request, gens, texts)
     results = [native_render.final(spec, i, o, texts[i]) for i, o in enumerate(outs)]
     return JSONResponse(results[0] if len(results) == 1 else results)
 

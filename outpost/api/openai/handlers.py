@@ -20,14 +20,11 @@ from outpost.api.pipeline import mapping
 from outpost.api.pipeline.chat_plan import ChatPlan
 from outpost.api.pipeline.chat_run import start_chat
 from outpost.api.pipeline.generation import (
-    Generation,
     Outcome,
-    outcome_error,
-    start_all,
-    wait_outcomes,
 )
 from outpost.api.pipeline.schemas import ChatCompletionRequest, CompletionRequest
 from outpost.api.pipeline.sse import sse_response
+from outpost.api.pipeline.submit import Submission, outcomes, submit
 from outpost.api.record import record_of
 from outpost.api.state import ServerState
 from outpost.backend import InferenceBackend, PromptCodec
@@ -62,7 +59,7 @@ def _spec(
 
 async def handle_chat(state: ServerState, body: ChatCompletionRequest, request: Request) -> Response:
     run = await start_chat(state, body, request)
-    plan, gens, rid, cfg = run.plan, run.gens, run.rid, state.config
+    plan, gens, rid = run.plan, run.gens, run.rid
     codec = run.backend.codec
     if body.stream:
         spec = _spec(
@@ -70,12 +67,7 @@ async def handle_chat(state: ServerState, body: ChatCompletionRequest, request: 
         )
         spec.chat = plan
         return sse_response(chat_stream(gens, spec), gens)
-    outs = await wait_outcomes(request, gens)
-    for out in outs:
-        record_of(request).add_outcome(out, run.prompt, cfg.log_prompts)
-    err = next((e for e in (outcome_error(o, cfg.request_timeout) for o in outs) if e is not None), None)
-    if err is not None:
-        raise err
+    outs = await outcomes(state, request, gens, [run.prompt] * len(gens))
     choices = [_chat_choice(plan, i, out, codec, bool(body.logprobs)) for i, out in enumerate(outs)]
     reply = render.chat_completion(rid, run.model_id, outs[0], codec, bool(body.logprobs))
     reply["choices"] = choices
@@ -118,34 +110,28 @@ async def handle_completion(state: ServerState, body: CompletionRequest, request
     n_probs = body.logprobs if body.logprobs is not None else -1
     sampling = mapping.sampling_params(codec, body, n_probs, state.sampling_defaults)
     stop = mapping.stop_strings(body.stop)
-    rid = mapping.new_request_id("cmpl")
-    record_of(request).id = rid
-    spec_req = mapping.speculative(body)
-    gens = []
-    for i, tokens in enumerate(token_lists):
-        budget = mapping.resolve_max_tokens(
-            len(tokens), body.max_tokens, backend.n_ctx_seq, cfg.default_max_tokens, COMPLETION
-        )
-        for j in range(n):  # choice index i*n + j, as OpenAI orders n choices of several prompts
-            sub_id = rid if len(token_lists) * n == 1 else f"{rid}-{i * n + j}"
-            params = mapping.choice_sampling(sampling, j)
-            req = mapping.generate_request(
-                tokens, budget, params, stop, sub_id, cfg.request_timeout, arrival, spec_req
-            )
-            gens.append(Generation(backend, req, state.metrics, COMPLETION))
-    await start_all(gens)
+    # choice index i*n + j, as OpenAI orders n choices of several prompts
+    sub = Submission(
+        backend,
+        token_lists,
+        body.max_tokens,
+        cfg.default_max_tokens,
+        sampling,
+        stop,
+        COMPLETION,
+        "cmpl",
+        choices=n,
+        spec=mapping.speculative(body),
+        arrival=arrival,
+    )
+    rid, gens = await submit(state, request, sub)
     wants_text = cfg.log_prompts or bool(body.echo)
     texts = [p if isinstance(p, str) else codec.detokenize(p) if wants_text else "" for p in prompts]
     texts = [t for t in texts for _ in range(n)]
     if body.stream:
         spec = _spec(state, request, served, rid, body.logprobs is not None, body, texts)
         return sse_response(completion_stream(gens, spec), gens)
-    outs = await wait_outcomes(request, gens)
-    for text, out in zip(texts, outs, strict=True):
-        record_of(request).add_outcome(out, text, cfg.log_prompts)
-    err = next((e for e in (outcome_error(o, cfg.request_timeout) for o in outs) if e is not None), None)
-    if err is not None:
-        raise err
+    outs = await outcomes(state, request, gens, texts)
     prefixes = texts if body.echo else [""] * len(outs)
     reply = render.text_completion(rid, model_id, outs, codec, body.logprobs is not None, prefixes)
     return JSONResponse(reply)

@@ -28,10 +28,10 @@ from outpost.api.pipeline.generation import (
     Generation,
     Outcome,
     outcome_error,
-    start_all,
     until_disconnect,
 )
 from outpost.api.pipeline.schemas import ChatCompletionRequest
+from outpost.api.pipeline.submit import Submission, submit
 from outpost.api.record import record_of
 from outpost.api.state import ServerState
 from outpost.backend import InferenceBackend
@@ -126,25 +126,24 @@ async def _start(
     model_id, backend, plan = await plan_for(state, body)
     codec = backend.codec
     tokens = await asyncio.to_thread(mapping.prompt_tokens, codec, plan.prompt)
-    requested, _ = _max_tokens(body)
-    cfg = state.config
-    max_tokens = mapping.resolve_max_tokens(
-        len(tokens), requested, backend.n_ctx_seq, cfg.default_max_tokens, names
-    )
     n_probs = (body.top_logprobs or 0) if body.logprobs else -1
     sampling = plan.sampling(mapping.sampling_params(codec, body, n_probs, state.sampling_defaults))
-    rid = mapping.new_request_id(protocol.prefix)
-    record_of(request).id = rid
     stops = mapping.stop_strings(body.stop)
-    spec = mapping.speculative(body)
-    gens = []
-    for i in range(n):  # n choices: n requests on one prompt (the prefix cache shares its KV)
-        params, sub_id = mapping.choice_sampling(sampling, i), rid if n == 1 else f"{rid}-{i}"
-        req = mapping.generate_request(
-            tokens, max_tokens, params, stops, sub_id, cfg.request_timeout, arrival, spec
-        )
-        gens.append(Generation(backend, req, state.metrics, names))
-    await start_all(gens)
+    default = state.config.default_max_tokens
+    sub = Submission(
+        backend,
+        [tokens],
+        _max_tokens(body)[0],
+        default,
+        sampling,
+        stops,
+        names,
+        protocol.prefix,
+        choices=n,
+        spec=mapping.speculative(body),
+        arrival=arrival,
+    )
+    rid, gens = await submit(state, request, sub)
     return ChatRun(model_id, backend, plan, gens[0], rid, plan.prompt, stops, gens)
 
 

@@ -21,9 +21,8 @@ from pydantic import BaseModel, ValidationError
 from outpost.api.errors import ApiError, bad_request
 from outpost.api.openai.handlers import handle_chat, handle_completion
 from outpost.api.pipeline import mapping
-from outpost.api.pipeline.generation import Generation, outcome_error, wait_outcomes
 from outpost.api.pipeline.schemas import ChatCompletionRequest, CompletionRequest, TgiParameters, TgiRequest
-from outpost.api.record import record_of
+from outpost.api.pipeline.submit import Submission, outcomes, submit
 from outpost.api.state import ServerState, state_of
 from outpost.messages import SamplingParams
 
@@ -116,21 +115,19 @@ async def handle_tgi(state: ServerState, body: TgiRequest, request: Request) -> 
     cfg = state.config
     tokens = await asyncio.to_thread(backend.codec.tokenize_prompt, body.inputs)
     p = body.parameters
-    max_tokens = mapping.resolve_max_tokens(
-        len(tokens), p.max_new_tokens, backend.n_ctx_seq, cfg.default_max_tokens, TGI
-    )
-    rid = mapping.new_request_id("tgi")
-    record_of(request).id = rid
     stop = mapping.stop_strings(p.stop)
-    req = mapping.generate_request(
-        tokens, max_tokens, tgi_sampling(p), stop, rid, cfg.request_timeout, arrival
+    sub = Submission(
+        backend,
+        [tokens],
+        p.max_new_tokens,
+        cfg.default_max_tokens,
+        tgi_sampling(p),
+        stop,
+        TGI,
+        "tgi",
+        arrival=arrival,
     )
-    gen = Generation(backend, req, state.metrics, TGI)
-    await gen.start()
-    (out,) = await wait_outcomes(request, [gen])
-    record_of(request).add_outcome(out, body.inputs, cfg.log_prompts)
-    err = outcome_error(out, cfg.request_timeout)
-    if err is not None:
-        raise err
+    _, gens = await submit(state, request, sub)
+    (out,) = await outcomes(state, request, gens, [body.inputs])
     text = body.inputs + out.text if p.return_full_text else out.text
     return JSONResponse([{"generated_text": text}])
