@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, TextIO
 
 from outpost.engine.config import EngineConfig
 from outpost.messages import FinishReason, GenerateRequest, SamplingParams, Timings
+from outpost.settings.fields import chat_template_text
 
 if TYPE_CHECKING:  # loading llama.cpp is run_command's business, not the CLI's at import
-    from outpost.runtime import Engine
+    from outpost.serving.assembly import Engine
 
 
 class UsageError(Exception):
@@ -139,12 +140,10 @@ def _first_user_text(args: argparse.Namespace, stdin: TextIO) -> str | None:
 
 
 def _engine_config(args: argparse.Namespace, ctx_size: int) -> EngineConfig:
-    template = None
-    if args.chat_template:
-        try:
-            template = Path(args.chat_template).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot read chat template {args.chat_template}: {exc.strerror}") from exc
+    try:  # serve's reading: a built-in name, inline jinja text, or a file
+        template = chat_template_text(args.chat_template, args.chat_template_file)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     if ctx_size < 0:
         raise UsageError(f"-c/--ctx-size must be >= 0, got {ctx_size}")
     options: dict[str, object] = {
@@ -187,7 +186,7 @@ def run_command(args: argparse.Namespace, stdin: TextIO | None = None) -> int:
     temperature = float(_pick(args.temp, preset.temperature, 0.8))  # type: ignore[arg-type]
     ctx_size = int(_pick(args.ctx_size, preset.ctx_size, 0))  # type: ignore[call-overload]
     first = _first_user_text(args, stdin)
-    from outpost.runtime import Engine
+    from outpost.serving.assembly import Engine
 
     with Engine(_engine_config(args, ctx_size), max_queue=1) as engine:
         session = ChatSession(

@@ -87,7 +87,7 @@ def test_make_serve_offline_answers_in_language(offline_env: dict[str, str], tmp
     env = {**offline_env, "OUTPOST_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
     for chosen in ("OUTPOST_MODEL", "OUTPOST_MODEL_PATH"):  # a model chosen by the user skips the pull
         env.pop(chosen, None)
-    cmd = [sys.executable, "-m", "outpost.first_run", "smollm2:135m", "--", "--port", str(port), "-t", "1"]
+    cmd = [sys.executable, "-m", "outpost.quickstart", "smollm2:135m", "--", "--port", str(port), "-t", "1"]
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         try:
