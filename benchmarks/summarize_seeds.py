@@ -6,7 +6,8 @@ each seed in turn; any other `run` flag given after `--` overrides the preset as
     python -m benchmarks.summarize_seeds -m SmolLM2.gguf --seeds 1-24 -- --repeat-penalty 1.0
 
 Prints one line per seed (tokens generated, why it ended, whether the text names the document's
-subject) and the share that ended by themselves before the token limit.
+subject) and the share that ended by themselves before the token limit; `--no-guard` runs the preset
+without its repeat guard, as it was before it had one.
 """
 
 from __future__ import annotations
@@ -42,12 +43,15 @@ class Summary:
         return any(word in self.text.lower() for word in SUBJECT_WORDS)
 
 
-def summarize(model: str, seeds: list[int], run_flags: list[str], document: Path = DOCUMENT) -> list[Summary]:
-    """One summary of `document` per seed, by `outpost run --preset summarize` plus `run_flags`."""
+def summarize(
+    model: str, seeds: list[int], run_flags: list[str], guard: bool = True, document: Path = DOCUMENT
+) -> list[Summary]:
+    """One summary of `document` per seed, by `outpost run --preset summarize` plus `run_flags`
+    (without its repeat guard where `guard` is False: the preset as it was before it had one)."""
     from outpost.runtime import Engine
 
     args = build_parser().parse_args(["run", "-m", model, "--preset", "summarize", *run_flags])
-    settings = run_settings(args)
+    settings = replace(run_settings(args), stop_on_loop=guard)
     text = document.read_text(encoding="utf-8")
     out: list[Summary] = []
     with Engine(_engine_config(args, settings.ctx_size), max_queue=1) as engine:
@@ -73,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.summarize_seeds", description=__doc__)
     p.add_argument("-m", "--model", required=True, help="GGUF file (the real SmolLM2-135M-Instruct)")
     p.add_argument("--seeds", default="1-24", help="a range, e.g. 1-24 (default)")
+    p.add_argument("--no-guard", action="store_true", help="turn the preset's repeat guard off")
     args = p.parse_args(own)
-    results = summarize(args.model, _seeds(args.seeds), run_flags)
+    results = summarize(args.model, _seeds(args.seeds), run_flags, guard=not args.no_guard)
     for r in results:
         head = r.text.replace("\n", " ")[:60]
         end = "repeat guard" if r.looped else r.finish
