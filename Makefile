@@ -29,7 +29,7 @@ system-deps:
 	test -x /usr/lib/rabbitmq/bin/rabbitmq-server || ($(SUDO) apt-get update && $(SUDO) apt-get install -y rabbitmq-server)
 
 serve: install
-	$(BIN)/python -m outpost.first_run $(FIRST_MODEL) -- $(SERVE_ARGS)
+	$(BIN)/python -m outpost.quickstart $(FIRST_MODEL) -- $(SERVE_ARGS)
 
 run: install
 	$(BIN)/outpost run --single-turn -n 64 -p "$(PROMPT)"

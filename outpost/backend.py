@@ -1,7 +1,8 @@
 """The API/engine seam: what `outpost/api` needs from whatever generates tokens.
 
-Two implementations satisfy `InferenceBackend`: `outpost.local.LocalBackend` (an in-process engine
-thread: what `outpost serve` answers HTTP with and what a cluster worker answers the broker with)
+Two implementations satisfy `InferenceBackend`: `outpost.serving.local_backend.LocalBackend` (an
+in-process engine thread: what `outpost serve` answers HTTP with and what a cluster worker answers
+the broker with)
 and the cluster gateway's remote backend (RabbitMQ -> workers). The API layer and the worker see
 only this protocol, `PromptCodec` (tokenize / render / detokenize without the weights)
 and the typed messages in `outpost.messages`.

@@ -48,12 +48,14 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"outpost: error: {message} (see: {self.prog} --help)\n")
 
 
-def _add_kernel_flags(p: argparse.ArgumentParser) -> None:
-    """run's -fa and --repack: serve's engine settings, with their defaults given (run has no env)."""
+def _add_engine_flags(p: argparse.ArgumentParser) -> None:
+    """run's -fa, --repack and chat template flags: serve's engine settings, spelled, explained and
+    read as there, with their defaults given (run has no env)."""
     flags = EngineSettings.flags()
-    for name in ("flash_attn", "repack"):
+    defaults = {"flash_attn": "auto", "repack": "auto", "chat_template": None, "chat_template_file": None}
+    for name, default in defaults.items():
         flag = flags[name]
-        p.add_argument(*flag.names, dest=name, choices=flag.choices, default="auto", help=flag.help)
+        p.add_argument(*flag.names, dest=name, choices=flag.choices, default=default, help=flag.help)
 
 
 def _add_run_parser(sub: Any) -> None:
@@ -74,9 +76,8 @@ def _add_run_parser(sub: Any) -> None:
     p.add_argument("--repeat-penalty", type=float, default=1.0)
     p.add_argument("-s", "--seed", type=int, default=-1, help="RNG seed (-1: random)")
     p.add_argument("--single-turn", action="store_true", help="answer the prompt once and exit")
-    p.add_argument("--chat-template", help="jinja chat template file overriding the model's")
     p.add_argument("--preset", choices=sorted(PRESETS), help="chat or summarize defaults; flags override")
-    _add_kernel_flags(p)
+    _add_engine_flags(p)
     p.set_defaults(handler=_cmd_run)
 
 

@@ -233,18 +233,25 @@ class ContextExceeded(RequestRejected):
 
 
 def context_exceeded(
-    n_prompt: int, max_tokens: int | None, n_ctx_seq: int, param: str = "max_tokens"
+    n_prompt: int,
+    max_tokens: int | None,
+    n_ctx_seq: int,
+    param: str = "max_tokens",
+    prompt_param: str | None = None,
 ) -> ContextExceeded | None:
     """The refusal of a prompt (+ max_tokens, when given) beyond `n_ctx_seq` positions, or None.
 
     One wording for every layer that checks it: serve's API before accepting, and a cluster
-    worker that turns out smaller than its gateway believed (the client sees the same 400)."""
+    worker that turns out smaller than its gateway believed (the client sees the same 400).
+    `param` and `prompt_param` are what the client's protocol calls the output budget and the prompt."""
+    if prompt_param is None:
+        prompt_param = "messages" if param != "max_new_tokens" else "inputs"
     room = n_ctx_seq - n_prompt
     if room < 1:
         return ContextExceeded(
             f"the prompt has {n_prompt} tokens but this server's context holds {n_ctx_seq} tokens "
             "per request (prompt + output): shorten the prompt",
-            "messages" if param != "max_new_tokens" else "inputs",
+            prompt_param,
             n_prompt,
             n_ctx_seq,
         )

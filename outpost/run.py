@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, TextIO
 
 from outpost.engine.config import EngineConfig
 from outpost.messages import FinishReason, GenerateRequest, SamplingParams, Timings
+from outpost.settings.fields import chat_template_text
 
 if TYPE_CHECKING:  # loading llama.cpp is run_command's business, not the CLI's at import
-    from outpost.runtime import Engine
+    from outpost.serving.assembly import Engine
 
 
 class UsageError(Exception):
@@ -30,14 +31,49 @@ class Preset:
     ctx_size: int | None = None
     temperature: float | None = None
     user_prefix: str = ""
+    stop_on_loop: bool = False  # end an answer that repeats itself (RepeatGuard) before its limit
 
 
 PRESETS: dict[str, Preset] = {
-    "chat": Preset(system="You are a helpful assistant", n_predict=512, ctx_size=8192, temperature=0.0),
+    "chat": Preset(
+        system="You are a helpful assistant", n_predict=512, ctx_size=8192, temperature=0.0, stop_on_loop=True
+    ),
     "summarize": Preset(
-        system="You are a technical writer", n_predict=512, user_prefix="Summarize the following text: "
+        system="You are a technical writer",
+        n_predict=512,
+        user_prefix="Summarize the following text: ",
+        stop_on_loop=True,
     ),
 }
+
+
+class RepeatGuard:
+    """Spots an answer stuck in a loop: its last tokens are one block of 1..MAX_PERIOD tokens said
+    again and again, at least MIN_COPIES times and MIN_SPAN tokens in all (", 2019, 2019, ..." or
+    one sentence over and over). Prose does not repeat itself token for token over that span; a
+    small model that does will do so until its token limit."""
+
+    MAX_PERIOD = 100
+    MIN_COPIES = 3
+    MIN_SPAN = 64
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        # run[p - 1]: how many of the last tokens equal the token p places before them
+        self._run = [0] * self.MAX_PERIOD
+
+    def add(self, token_ids: list[int]) -> bool:
+        """Take the next tokens; True once the answer loops."""
+        looping = False
+        for token in token_ids:
+            self.tokens.append(token)
+            n = len(self.tokens)
+            for p in range(1, min(self.MAX_PERIOD, n - 1) + 1):
+                run = self._run[p - 1] + 1 if self.tokens[n - 1 - p] == token else 0
+                self._run[p - 1] = run
+                span = run + p  # the tail that repeats with period p
+                looping |= span >= self.MIN_SPAN and span >= self.MIN_COPIES * p
+        return looping
 
 
 @dataclass
@@ -50,9 +86,13 @@ class ChatSession:
     n_predict: int
     system: str | None = None
     user_prefix: str = ""
+    stop_on_loop: bool = False
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
     messages: list[dict[str, str]] = field(default_factory=list)
+    last_finish: FinishReason | None = None  # why the last answer ended
+    last_looped: bool = False  # the last answer was stopped by the RepeatGuard
+    last_timings: Timings = field(default_factory=Timings)
 
     def __post_init__(self) -> None:
         if self.system:
@@ -71,23 +111,36 @@ class ChatSession:
             )
         max_tokens = room if self.n_predict < 0 else min(self.n_predict, room)
         request = GenerateRequest(prompt_tokens=prompt, max_tokens=max_tokens, sampling=self.sampling)
+        text = self._stream(request)
+        self.messages.append({"role": "assistant", "content": text})
+        if self.last_looped:
+            self.err.write("[the answer repeats itself: stopped]\n")
+        print_timings(self.last_timings, self.err)
+        return text
+
+    def _stream(self, request: GenerateRequest) -> str:
+        """Write the answer as it comes; abort it once the guard sees a loop (the ABORT event that
+        follows still brings the timings)."""
         answer: list[str] = []
-        timings = Timings()
+        guard = RepeatGuard() if self.stop_on_loop else None
+        self.last_looped, self.last_timings = False, Timings()
         for event in self.engine.client.generate_sync(request):
-            if event.text:
+            if event.text and not self.last_looped:
                 answer.append(event.text)
                 self.out.write(event.text)
                 self.out.flush()
             if event.finish_reason is FinishReason.ERROR:
                 raise RuntimeError(event.error or "generation failed")
             if event.timings is not None:
-                timings = event.timings
+                self.last_timings = event.timings
+            if event.finish_reason is not None:
+                self.last_finish = event.finish_reason
+            elif guard is not None and not self.last_looped and guard.add(event.token_ids):
+                self.last_looped = True
+                self.engine.client.abort(request.request_id)
         self.out.write("\n")
         self.out.flush()
-        text = "".join(answer)
-        self.messages.append({"role": "assistant", "content": text})
-        print_timings(timings, self.err)
-        return text
+        return "".join(answer)
 
     def interactive(self, stdin: TextIO) -> None:
         """Read user turns until EOF (Ctrl-D) or /exit."""
@@ -139,12 +192,10 @@ def _first_user_text(args: argparse.Namespace, stdin: TextIO) -> str | None:
 
 
 def _engine_config(args: argparse.Namespace, ctx_size: int) -> EngineConfig:
-    template = None
-    if args.chat_template:
-        try:
-            template = Path(args.chat_template).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot read chat template {args.chat_template}: {exc.strerror}") from exc
+    try:  # serve's reading: a built-in name, inline jinja text, or a file
+        template = chat_template_text(args.chat_template, args.chat_template_file)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     if ctx_size < 0:
         raise UsageError(f"-c/--ctx-size must be >= 0, got {ctx_size}")
     options: dict[str, object] = {
@@ -162,6 +213,18 @@ def _engine_config(args: argparse.Namespace, ctx_size: int) -> EngineConfig:
     return EngineConfig.model_validate(options)
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """What the flags and the preset decide together (a flag given wins over the preset)."""
+
+    n_predict: int
+    ctx_size: int
+    sampling: SamplingParams
+    system: str | None
+    user_prefix: str
+    stop_on_loop: bool
+
+
 def _sampling(args: argparse.Namespace, temperature: float) -> SamplingParams:
     if args.top_k < 0 or not 0.0 <= args.top_p <= 1.0 or not 0.0 <= args.min_p <= 1.0:
         raise UsageError("--top-k must be >= 0, --top-p and --min-p in [0, 1]")
@@ -177,26 +240,44 @@ def _sampling(args: argparse.Namespace, temperature: float) -> SamplingParams:
     )
 
 
-def run_command(args: argparse.Namespace, stdin: TextIO | None = None) -> int:
-    """The whole `outpost run`: one answer, then an interactive chat when the terminal allows it."""
-    stdin = stdin or sys.stdin
+def run_settings(args: argparse.Namespace) -> RunSettings:
+    """`outpost run`'s flags over its preset's defaults; UsageError on a bad value."""
     preset = PRESETS[args.preset] if args.preset else Preset()
     n_predict = int(_pick(args.n_predict, preset.n_predict, 512))  # type: ignore[call-overload]
     if n_predict == 0 or n_predict < -1:
         raise UsageError(f"-n/--n-predict must be > 0 or -1, got {n_predict}")
     temperature = float(_pick(args.temp, preset.temperature, 0.8))  # type: ignore[arg-type]
-    ctx_size = int(_pick(args.ctx_size, preset.ctx_size, 0))  # type: ignore[call-overload]
-    first = _first_user_text(args, stdin)
-    from outpost.runtime import Engine
+    return RunSettings(
+        n_predict=n_predict,
+        ctx_size=int(_pick(args.ctx_size, preset.ctx_size, 0)),  # type: ignore[call-overload]
+        sampling=_sampling(args, temperature),
+        system=_pick(args.system, preset.system, None),  # type: ignore[arg-type]
+        user_prefix=preset.user_prefix,
+        stop_on_loop=preset.stop_on_loop,
+    )
 
-    with Engine(_engine_config(args, ctx_size), max_queue=1) as engine:
-        session = ChatSession(
-            engine,
-            _sampling(args, temperature),
-            n_predict,
-            system=_pick(args.system, preset.system, None),  # type: ignore[arg-type]
-            user_prefix=preset.user_prefix,
-        )
+
+def new_session(engine: Engine, settings: RunSettings, out: TextIO | None = None) -> ChatSession:
+    return ChatSession(
+        engine,
+        settings.sampling,
+        settings.n_predict,
+        system=settings.system,
+        user_prefix=settings.user_prefix,
+        stop_on_loop=settings.stop_on_loop,
+        out=out or sys.stdout,
+    )
+
+
+def run_command(args: argparse.Namespace, stdin: TextIO | None = None) -> int:
+    """The whole `outpost run`: one answer, then an interactive chat when the terminal allows it."""
+    stdin = stdin or sys.stdin
+    settings = run_settings(args)
+    first = _first_user_text(args, stdin)
+    from outpost.serving.assembly import Engine
+
+    with Engine(_engine_config(args, settings.ctx_size), max_queue=1) as engine:
+        session = new_session(engine, settings)
         if first is not None:
             session.ask(first)
         if args.single_turn or not stdin.isatty():

@@ -17,6 +17,8 @@ Either ends with ABORT at the next step once the request is aborted (an abort of
 the same id, e.g. a worker's before a broker outage, does not end its resumed run). With `hold_at`,
 a counting stream holds before the token at that position of the sequence until `gate` is set (its
 id in `holding` meanwhile): a test breaks the broker while streams are certainly mid-way.
+With `cached`, that many prompt tokens are reported as read from the KV cache (`Timings.cache_n`).
+With `fail`, every stream ends at once with an ERROR carrying that text (an engine failure).
 With `worker_n_ctx_seq`, it accepts what its `n_ctx_seq` holds but a request beyond that smaller
 limit ends at once with the final event a cluster worker sends when it refuses one (a gateway's
 race with a smaller worker).
@@ -114,13 +116,16 @@ class FakeStream:
             timings = Timings(len(req.prompt_tokens), 1.0, n, 1.0)
             return TokenEvent(self.request_id, finish_reason=FinishReason.LENGTH, timings=timings)
         finish = FinishReason.LENGTH if n == req.max_tokens else FinishReason.STOP
-        timings = Timings(prompt_n=len(req.prompt_tokens), predicted_n=n)
+        cached = min(self._backend.cached, len(req.prompt_tokens))
+        timings = Timings(prompt_n=len(req.prompt_tokens) - cached, predicted_n=n, cache_n=cached)
         timings.draft_n, timings.draft_n_accepted = self._backend.draft_counts
         return TokenEvent(self.request_id, finish_reason=finish, timings=timings)
 
     async def __aiter__(self) -> AsyncIterator[TokenEvent]:
         backend = self._backend
         refused = backend.refused_by_worker(self._request)
+        if refused is None and backend.fail is not None:
+            refused = TokenEvent(self.request_id, finish_reason=FinishReason.ERROR, error=backend.fail)
         if refused is not None:
             self._end()
             yield refused
@@ -173,6 +178,8 @@ class FakeBackend:
         self.running = 0
         self.max_running = 0  # the most requests it ever ran at once
         self.worker_n_ctx_seq: int | None = None
+        self.fail: str | None = None
+        self.cached = 0
         self.closed = False
         self.draft_counts = (0, 0)  # (draft_n, draft_n_accepted) every reply's timings report
         self.hold_at: int | None = None

@@ -46,7 +46,7 @@ from harness.common import (
 from outpost.engine.config import EngineConfig, with_probed_kernels
 from outpost.engine.hugepages import environ_without_hugepages, hugepages_enabled, reexec_with_hugepages
 from outpost.messages import GenerateRequest, SamplingParams
-from outpost.runtime import Engine
+from outpost.serving.assembly import Engine
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 PARALLEL = (1, 2, 4, 8)

@@ -7,7 +7,7 @@ the plumbing, on the CPU):
 
 Each prompt is a run of token ids (seeded, special tokens left out), sent as ids to both sides one
 request at a time (the same single-sequence batches on both; EOS ignored, so every answer has
---tokens tokens): Outpost's engine in this process (`runtime.Engine`, the scheduler and runner
+--tokens tokens): Outpost's engine in this process (`assembly.Engine`, the scheduler and runner
 `outpost serve` uses, -ngl as given) with the top two logprobs per token, and llama-server's
 /completion with `n_probs: 2` (logprobs before sampling). Random weights make near-ties, where two
 builds' rounding may pick different tokens: for each prompt, the tokens before the first
@@ -30,7 +30,7 @@ import httpx
 from harness.common import free_port, log, wait_ready
 from outpost.engine.config import EngineConfig
 from outpost.messages import GenerateRequest, SamplingParams
-from outpost.runtime import Engine
+from outpost.serving.assembly import Engine
 
 Side = list[tuple[int, list[tuple[int, float]]]]  # per token: (id, [(top id, logprob), ...])
 

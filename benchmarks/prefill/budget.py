@@ -29,8 +29,8 @@ import numpy as np
 from harness.common import bench_model, log
 from outpost.engine.config import EngineConfig
 from outpost.messages import GenerateRequest, SamplingParams
-from outpost.runtime import Engine
 from outpost.scheduler.budget import Asked, parse_prefill_budget
+from outpost.serving.assembly import Engine
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 

@@ -23,9 +23,9 @@ import numpy as np
 
 from harness.common import bench_model, log
 from outpost.engine.config import EngineConfig
+from outpost.engine.executor import ModelRunner
 from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
-from outpost.engine.runner import ModelRunner
 from outpost.scheduler.budget import budget_floor, choose_prefill_budget
 from outpost.scheduler.output import BatchChunk
 

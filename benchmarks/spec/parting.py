@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as 
 
 from outpost.engine.config import EngineConfig
 from outpost.messages import GenerateRequest, SamplingParams, SpecRequest
-from outpost.runtime import Engine
+from outpost.serving.assembly import Engine
 from spec.tasks import make_tasks
 
 

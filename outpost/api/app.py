@@ -21,26 +21,21 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 import outpost
-from outpost.api import (
-    anthropic_routes,
-    embeddings,
-    infill,
-    llama_routes,
-    native,
-    openai_routes,
-    props,
-    rerank,
-    responses_routes,
-    sagemaker,
-    webui,
-)
-from outpost.api import slots as slot_routes
+from outpost.api import webui
+from outpost.api.anthropic import routes as anthropic_routes
 from outpost.api.auth import ApiKeyMiddleware
-from outpost.api.errors import install_error_handlers
+from outpost.api.errors import Envelopes, install_error_handlers
 from outpost.api.limits import BodyLimitMiddleware
+from outpost.api.llama import completion, infill, props, rerank
+from outpost.api.llama import routes as llama_routes
+from outpost.api.llama import slots as slot_routes
 from outpost.api.metrics import Metrics
+from outpost.api.openai import embeddings
+from outpost.api.openai import routes as openai_routes
 from outpost.api.requestlog import RequestLogMiddleware
-from outpost.api.response_store import ResponseStore
+from outpost.api.responses import routes as responses_routes
+from outpost.api.responses.store import ResponseStore
+from outpost.api.sagemaker import routes as sagemaker
 from outpost.api.state import BackendFactory, Backends, ServerState
 from outpost.settings import HttpSettings
 from outpost.tracing import Tracer
@@ -105,7 +100,7 @@ def create_app(
         openai_routes,
         responses_routes,
         anthropic_routes,
-        native,
+        completion,
         infill,
         props,
         slot_routes,
@@ -121,9 +116,11 @@ def create_app(
         app.include_router(router)
     install_error_handlers(app)
     known = frozenset(r.path for router in routers for r in router.routes if isinstance(r, Route))
-    app.add_middleware(BodyLimitMiddleware, max_body=config.max_body)
+    # Errors given before a route runs, in the envelope of the API the path belongs to.
+    envelopes = Envelopes({"/v1/messages": anthropic_routes.error_response})
+    app.add_middleware(BodyLimitMiddleware, max_body=config.max_body, envelopes=envelopes)
     open_paths = (*config.open_paths, *webui.OPEN_PATHS) if config.webui else config.open_paths
-    app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, open_paths=open_paths)
+    app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, open_paths=open_paths, envelopes=envelopes)
     cors = cors_options(config.cors_origins)
     if cors is not None:
         app.add_middleware(
@@ -133,5 +130,7 @@ def create_app(
             allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
             allow_headers=["*"],
         )
-    app.add_middleware(RequestLogMiddleware, state=state, known_paths=known, tracer=tracer)
+    app.add_middleware(
+        RequestLogMiddleware, state=state, known_paths=known, tracer=tracer, envelopes=envelopes
+    )
     return app

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import hmac
 
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from outpost.api.errors import ApiError
-
-ANTHROPIC_PREFIX = "/v1/messages"
+from outpost.api.errors import ApiError, Envelopes
 
 
 def presented_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
@@ -40,8 +37,15 @@ def key_matches(key: bytes | None, accepted: tuple[bytes, ...]) -> bool:
 
 
 class ApiKeyMiddleware:
-    def __init__(self, app: ASGIApp, keys: tuple[str, ...], open_paths: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: tuple[str, ...],
+        open_paths: tuple[str, ...],
+        envelopes: Envelopes | None = None,
+    ) -> None:
         self.app = app
+        self.envelopes = envelopes or Envelopes()
         self.keys = tuple(k.encode() for k in keys)
         self.open_paths = frozenset(open_paths)
 
@@ -65,9 +69,4 @@ class ApiKeyMiddleware:
             code="invalid_api_key",
             headers={"WWW-Authenticate": "Bearer"},
         )
-        if scope["path"].startswith(ANTHROPIC_PREFIX):  # Anthropic's clients read their own envelope
-            body = {"type": "error", "error": {"type": "authentication_error", "message": err.message}}
-            reply = JSONResponse(body, status_code=401, headers=err.headers)
-            await reply(scope, receive, send)
-            return
-        await err.response()(scope, receive, send)
+        await self.envelopes.response(scope["path"], err)(scope, receive, send)

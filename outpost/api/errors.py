@@ -7,13 +7,13 @@ same shape, so bad input is always a 4xx and never a 500.
 
 from __future__ import annotations
 
-import json
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from outpost.messages import ChatTemplateError, ContextExceeded, QueueFull, RequestRejected
@@ -65,6 +65,23 @@ class ApiError(Exception):
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
+Envelope = Callable[[ApiError], Response]
+
+
+class Envelopes:
+    """Each API's error envelope by path prefix, OpenAI's elsewhere: for the replies middleware
+    gives before any route runs (a missing key, a body over the limit, a draining server)."""
+
+    def __init__(self, by_prefix: Mapping[str, Envelope] | None = None) -> None:
+        self.by_prefix = dict(by_prefix or {})
+
+    def response(self, path: str, err: ApiError) -> Response:
+        for prefix, envelope in self.by_prefix.items():
+            if path.startswith(prefix):
+                return envelope(err)
+        return err.response()
+
+
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
     return ApiError(400, message, param=param, code=code)
 
@@ -103,11 +120,6 @@ def from_engine_rejection(exc: RequestRejected) -> ApiError:
     if "tokens" in text and ("position" in text or "context" in text):
         return context_length_exceeded(text)
     return bad_request(text)
-
-
-def error_bytes(err: ApiError) -> bytes:
-    """The error as one SSE event's JSON (used inside streams, where the status is already sent)."""
-    return json.dumps(err.body()).encode()
 
 
 def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:

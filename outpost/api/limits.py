@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from outpost.api.errors import ApiError
+from outpost.api.errors import ApiError, Envelopes
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
@@ -41,9 +41,10 @@ def _json_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_body: int) -> None:
+    def __init__(self, app: ASGIApp, max_body: int, envelopes: Envelopes | None = None) -> None:
         self.app = app
         self.max_body = max_body
+        self.envelopes = envelopes or Envelopes()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") not in _BODY_METHODS:
@@ -51,7 +52,7 @@ class BodyLimitMiddleware:
             return
         declared = _declared_length(scope.get("headers", []))
         if declared is not None and declared > self.max_body:
-            await _too_large(self.max_body).response()(scope, receive, send)
+            await self.envelopes.response(scope["path"], _too_large(self.max_body))(scope, receive, send)
             return
         chunks: list[bytes] = []
         size = 0
@@ -62,7 +63,7 @@ class BodyLimitMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                await _too_large(self.max_body).response()(scope, receive, send)
+                await self.envelopes.response(scope["path"], _too_large(self.max_body))(scope, receive, send)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

@@ -1,4 +1,4 @@
-"""Prometheus metrics (prefix `outpost_`, and llama-server's `llamacpp:*`: llama_metrics.py) on a
+"""Prometheus metrics (prefix `outpost_`, and llama-server's `llamacpp:*`: llama/metrics.py) on a
 registry of the app's own, and the request observer.
 
 Token counters move as tokens are streamed, so an aborted request stops counting the moment it
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST as PROMETHEUS_CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from outpost.api.llama_metrics import LlamaCppCollector, LlamaCppTotals
+from outpost.api.llama.metrics import LlamaCppCollector, LlamaCppTotals
 from outpost.backend import BackendStats
 from outpost.messages import Timings, TokenEvent
 

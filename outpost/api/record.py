@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from outpost.api.generation import Outcome
+from outpost.api.pipeline.generation import Outcome
 from outpost.messages import Timings
 
 RECORD_KEY = "outpost.record"
@@ -27,6 +27,7 @@ class RequestRecord:
     timings: dict[str, Any] | None = None
     prompt: str | None = None
     completion: str | None = None
+    cancelled: bool = False  # the client went away before the reply ended (its generations aborted)
     # (timings, wall-clock ns when it finished) per generation: what tracing lays its spans out from.
     finished: list[tuple[Timings, int]] = field(default_factory=list)
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from outpost.api.errors import not_ready
+from outpost.api.errors import Envelopes, not_ready
+from outpost.api.pipeline.generation import CLIENT_CLOSED
 from outpost.api.record import RECORD_KEY, RequestRecord
 from outpost.api.state import ServerState
 from outpost.api.tracespans import begin_request, end_request
@@ -37,9 +38,15 @@ def endpoint_label(path: str, known: frozenset[str]) -> str:
 
 class RequestLogMiddleware:
     def __init__(
-        self, app: ASGIApp, state: ServerState, known_paths: frozenset[str], tracer: Tracer | None = None
+        self,
+        app: ASGIApp,
+        state: ServerState,
+        known_paths: frozenset[str],
+        tracer: Tracer | None = None,
+        envelopes: Envelopes | None = None,
     ) -> None:
         self.app = app
+        self.envelopes = envelopes or Envelopes()
         self.state = state
         self.known = known_paths
         self.tracer = tracer
@@ -70,7 +77,7 @@ class RequestLogMiddleware:
             self.state.inflight += 1
         try:
             if not quiet and self.state.status == "draining":
-                await not_ready("draining").response()(scope, receive, send_wrapper)
+                await self.envelopes.response(path, not_ready("draining"))(scope, receive, send_wrapper)
             else:
                 await self.app(scope, receive, send_wrapper)
         finally:
@@ -101,6 +108,8 @@ class RequestLogMiddleware:
                 finish_reason=record.finish_reason,
                 timings=record.timings,
             )
+        if record.cancelled or status == CLIENT_CLOSED:
+            line["cancelled"] = True  # the client went away: its request was aborted, no error
         if record.prompt is not None:
             line["prompt"] = record.prompt
         if record.completion is not None:

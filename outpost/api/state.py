@@ -13,9 +13,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Literal
 
+from starlette.requests import Request
+
 from outpost.api.errors import ApiError, not_ready
-from outpost.api.mapping import server_defaults
 from outpost.api.metrics import Metrics
+from outpost.api.pipeline.mapping import server_defaults
 from outpost.backend import BackendStats, InferenceBackend
 from outpost.settings import HttpSettings
 
@@ -107,3 +109,10 @@ class ServerState:
         backends, self.backends = self.backends, {}
         for backend in backends.values():
             backend.close()
+
+
+def state_of(request: Request) -> ServerState:
+    """The app's `ServerState`, as a route reaches it."""
+    state = request.app.state.server
+    assert isinstance(state, ServerState)
+    return state

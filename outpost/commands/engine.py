@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from outpost.engine.config import EngineConfig, resolve_flash_attn
-from outpost.runtime import Engine
+from outpost.serving.assembly import Engine
 from outpost.settings import EngineSettings
 from outpost.settings.fields import existing_file
 from outpost.sizing import Asked, Gpu, Plan, size_for_model

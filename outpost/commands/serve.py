@@ -1,4 +1,4 @@
-"""`outpost serve`'s composition root: the API (outpost/api) over one local engine (outpost/local)."""
+"""`outpost serve`'s composition root: the API (outpost/api) over one local engine (outpost/serving)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from outpost.api.app import create_app
 from outpost.api.server import DrainingServer, configure_logging, uvicorn_config
 from outpost.api.state import Backends
 from outpost.commands.engine import engine_config, sized, start_engine
-from outpost.local import LocalBackend
+from outpost.serving.local_backend import LocalBackend
 from outpost.settings import EngineSettings, HttpSettings, ServeSettings, TracingSettings
 from outpost.tracing import tracer_for
 

@@ -7,7 +7,7 @@ import asyncio
 from outpost.cluster.worker import serve_worker
 from outpost.commands.broker import connect_urls
 from outpost.commands.engine import sized, start_engine
-from outpost.local import LocalBackend
+from outpost.serving.local_backend import LocalBackend
 from outpost.settings import BrokerSettings, EngineSettings, TracingSettings, WorkerSettings
 from outpost.tracing import tracer_for
 

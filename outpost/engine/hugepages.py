@@ -9,7 +9,7 @@ model (`outpost run`, `outpost serve`) re-execute themselves once with it set. O
 2-core VM: decode +4% (SmolLM2-135M shape) and +6% (1.7B), and the 1.7B loads in 2.5 s instead of
 4.5 s (a page fault per 2 MiB instead of per 4 KiB).
 
-OUTPOST_HUGEPAGES=0 turns it off. Code that runs `outpost.runtime.Engine` in its own process sets
+OUTPOST_HUGEPAGES=0 turns it off. Code that runs `outpost.serving.assembly.Engine` in its own process sets
 the tunable itself (or calls `reexec_with_hugepages()` first thing).
 """
 

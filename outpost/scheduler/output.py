@@ -2,7 +2,7 @@
 
 Each engine step: `Scheduler.schedule()` returns a `SchedulerOutput` (what to do to the KV memory,
 which samplers to (re)build, which token chunks to decode); a runner (the real one in
-`outpost/engine/runner.py`, or a fake in tests) carries it out and returns a `RunnerOutput`;
+`outpost/engine/executor.py`, or a fake in tests) carries it out and returns a `RunnerOutput`;
 `Scheduler.update_from_output()` turns that into `TokenEvent`s. Sequence ids are slot numbers.
 """
 

@@ -17,7 +17,7 @@ from typing import Literal
 
 from outpost.settings.broker import BrokerSettings, TracingSettings
 from outpost.settings.engine import EngineSettings
-from outpost.settings.fields import CHAT_TEMPLATE_HELP, Block, chat_template_text, setting
+from outpost.settings.fields import Block, ChatTemplateSettings, setting
 from outpost.settings.http import HttpSettings
 
 
@@ -47,7 +47,7 @@ def _refuse_ctx_size(text: str) -> int:
     )
 
 
-class GatewaySettings(Block):
+class GatewaySettings(ChatTemplateSettings):
     """`outpost gateway`'s own settings: its models and the broker-side queue it keeps for them."""
 
     models: tuple[str, ...] = setting(
@@ -56,10 +56,6 @@ class GatewaySettings(Block):
         "--model",
         help="model served (repeatable): GGUF or store name",
         action="append",
-    )
-    chat_template: str | None = setting(None, "--chat-template", help=CHAT_TEMPLATE_HELP)
-    chat_template_file: str | None = setting(
-        None, "--chat-template-file", help="jinja chat template file overriding the models'"
     )
     ctx_size: None = setting(
         None,
@@ -96,10 +92,6 @@ class GatewaySettings(Block):
         parse=float,
         gt=0,
     )
-
-    def template_text(self) -> str | None:
-        """--chat-template's (name, text or file) or --chat-template-file's text (None: each model's own)."""
-        return chat_template_text(self.chat_template, self.chat_template_file)
 
 
 COMMANDS: dict[str, tuple[type[Block], ...]] = {

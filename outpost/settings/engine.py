@@ -20,9 +20,7 @@ from pydantic import Field, field_validator, model_validator
 from outpost.messages import SPLIT_MODES, SpecParams, SplitMode
 from outpost.scheduler.budget import parse_prefill_budget
 from outpost.settings.fields import (
-    CHAT_TEMPLATE_HELP,
-    Block,
-    chat_template_text,
+    ChatTemplateSettings,
     comma_list,
     existing_file,
     setting,
@@ -46,7 +44,7 @@ Switch3 = Literal["auto", "on", "off"]
 _SWITCH3 = ("auto", "on", "off")
 
 
-class EngineSettings(Block):
+class EngineSettings(ChatTemplateSettings):
     """What `outpost serve` and `outpost worker` load and how they decode; defaults follow llama-server."""
 
     model: str | None = setting(
@@ -153,10 +151,6 @@ class EngineSettings(Block):
         "requests); per-slot streams keep them all",
         parse=int,
         ge=0,
-    )
-    chat_template: str | None = setting(None, "--chat-template", help=CHAT_TEMPLATE_HELP)
-    chat_template_file: str | None = setting(
-        None, "--chat-template-file", help="jinja chat template file overriding the model's"
     )
     # Speculative decoding, with llama-server's spellings (outpost/scheduler/speculation.py).
     spec_type: SpecType | None = setting(
@@ -285,10 +279,6 @@ class EngineSettings(Block):
     def aliases(self) -> tuple[str, ...]:
         """-a's names (llama-server takes `-a a,b`): the first is the served id."""
         return comma_list(self.model_id or "")
-
-    def template_text(self) -> str | None:
-        """--chat-template's (name, text or file) or --chat-template-file's text (None: the model's own)."""
-        return chat_template_text(self.chat_template, self.chat_template_file)
 
     def notices(self) -> list[str]:
         """One line per llama-server flag given here that Outpost accepts but does not honour."""

@@ -17,6 +17,7 @@ the deploy files' `OUTPOST_PARALLEL`, `OUTPOST_CTX_SIZE`, ...
 from __future__ import annotations
 
 import argparse
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,8 +73,12 @@ class Block(BaseModel):
 
     @classmethod
     def flags(cls) -> dict[str, Flag]:
-        """Field name -> its flag, in declaration order (fields without one are not flags)."""
-        found = ((name, flag_of(info)) for name, info in cls.model_fields.items())
+        """Field name -> its flag, in declaration order, a base block's shared fields after the block's
+        own (so --help lists them where they were before they were shared); fields without one are
+        not flags."""
+        own = inspect.get_annotations(cls)
+        names = sorted(cls.model_fields, key=lambda name: name not in own)  # stable: order kept within
+        found = ((name, flag_of(cls.model_fields[name])) for name in names)
         return {name: flag for name, flag in found if flag is not None}
 
     @classmethod
@@ -140,3 +145,18 @@ def chat_template_text(value: str | None, file: str | None) -> str | None:
         f"--chat-template {value!r} is neither a built-in template ({', '.join(BUILTIN_TEMPLATES)}), "
         "jinja text, nor a file"
     )
+
+
+class ChatTemplateSettings(Block):
+    """--chat-template and --chat-template-file, declared once for every command that renders chat:
+    serve's and a worker's engine (EngineSettings), a gateway's vocab-only codecs (GatewaySettings);
+    `outpost run` takes the same flags from EngineSettings."""
+
+    chat_template: str | None = setting(None, "--chat-template", help=CHAT_TEMPLATE_HELP)
+    chat_template_file: str | None = setting(
+        None, "--chat-template-file", help="jinja chat template file overriding the model's"
+    )
+
+    def template_text(self) -> str | None:
+        """--chat-template's (name, text or file) or --chat-template-file's text (None: the model's own)."""
+        return chat_template_text(self.chat_template, self.chat_template_file)

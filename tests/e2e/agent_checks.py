@@ -35,6 +35,11 @@ ASK = "What is the weather in Oslo this week?"
 GREEDY: Any = {"temperature": 0}  # anthropic 2.x has no sampling arguments; the API still takes them
 
 
+def _prompt(usage: Any) -> int:
+    """Anthropic's prompt size: the tokens read afresh and those read from the cache."""
+    return int(usage.input_tokens + (usage.cache_read_input_tokens or 0))
+
+
 def openai_client(url: str, key: str = "unused") -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
 
@@ -147,9 +152,10 @@ def anthropic_create_stream_count(url: str, model: str) -> None:
         pieces = list(stream.text_stream)
         final = stream.get_final_message()
     assert "".join(pieces) == final.content[0].text == msg.content[0].text  # type: ignore[union-attr]
-    assert final.stop_reason == msg.stop_reason and final.usage.input_tokens == msg.usage.input_tokens
+    # The prompt is input_tokens (read afresh) + cache_read_input_tokens (the stream's mostly cached).
+    assert final.stop_reason == msg.stop_reason and _prompt(final.usage) == _prompt(msg.usage)
     counted = client.messages.count_tokens(model=model, messages=messages, system="Be brief.")
-    assert counted.input_tokens == msg.usage.input_tokens
+    assert counted.input_tokens == _prompt(msg.usage)
 
 
 def anthropic_stop_reasons(url: str, model: str) -> None:
@@ -191,7 +197,7 @@ def anthropic_tools(url: str, model: str) -> None:
     messages.append({"role": "user", "content": [result]})
     answer = client.messages.create(model=model, max_tokens=8, messages=messages, tools=ANTHROPIC_TOOLS)
     assert answer.stop_reason in ("end_turn", "max_tokens", "tool_use")
-    assert answer.usage.input_tokens > first.usage.input_tokens
+    assert _prompt(answer.usage) > _prompt(first.usage)
 
 
 def anthropic_errors(url: str, model: str) -> None:

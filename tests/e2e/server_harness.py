@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from ports import free_port
 
-from outpost.core import STEP_DELAY_ENV
+from outpost.serving.engine_core import STEP_DELAY_ENV
 
 OUTPOST = [sys.executable, "-m", "outpost.cli"]
 START_TIMEOUT = 90.0

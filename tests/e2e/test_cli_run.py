@@ -83,6 +83,24 @@ def test_bad_input_exits_2_with_one_line(tiny_model: Path, tmp_path: Path) -> No
         (["run", "-m", str(tiny_model), "-n", "0", "-p", "hi"], "n-predict"),
         (["run", "-m", str(tiny_model), "-f", str(tmp_path / "nope.txt")], "cannot read"),
         (["run", "-m", str(tiny_model), "--chat-template", str(refusing_template), "-p", "hi"], "says no"),
+        # serve's reading of --chat-template: inline jinja text, a built-in name, else an error
+        (
+            [
+                "run",
+                "-m",
+                str(tiny_model),
+                "--chat-template",
+                "{{ raise_exception('inline no') }}",
+                "-p",
+                "hi",
+            ],
+            "inline no",
+        ),
+        (
+            ["run", "-m", str(tiny_model), "--chat-template-file", str(refusing_template), "-p", "hi"],
+            "says no",
+        ),
+        (["run", "-m", str(tiny_model), "--chat-template", "no-such-name", "-p", "hi"], "neither a built-in"),
         (["run", "-m", str(tiny_model), "--temp", "hot", "-p", "hi"], "invalid float"),
         (["models", "synth", "--shape", "gpt-9", "-o", str(tmp_path / "x.gguf")], "unknown shape"),
     ]
@@ -95,6 +113,14 @@ def test_bad_input_exits_2_with_one_line(tiny_model: Path, tmp_path: Path) -> No
         lines = [line for line in r.stderr.splitlines() if line.strip() and line not in notices]
         assert len(lines) == 1 and needle in lines[0], (args, r.stderr)
         assert "Traceback" not in r.stderr
+
+
+def test_a_built_in_chat_template_by_name(tiny_model: Path) -> None:
+    r = _outpost(
+        "run", "-m", str(tiny_model), "--chat-template", "chatml", "-n", "4", "--single-turn", "-p", "hi"
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
 
 
 def test_piped_stdin_is_the_prompt(tiny_model: Path) -> None:

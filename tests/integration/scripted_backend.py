@@ -13,10 +13,10 @@ from types import SimpleNamespace
 
 from fake_backend import FakeCodec
 
-from outpost.core import EngineClient, EngineCore
-from outpost.local import LocalBackend
 from outpost.scheduler import Scheduler, SchedulerConfig
 from outpost.scheduler.output import RunnerOutput, SampledToken, SchedulerOutput
+from outpost.serving.engine_core import EngineClient, EngineCore
+from outpost.serving.local_backend import LocalBackend
 
 EOG = 0
 FIRST_OUTPUT = 1000  # output i of a request is token FIRST_OUTPUT + i
@@ -61,7 +61,7 @@ class ScriptedRunner:
 
 
 class ScriptedEngine:
-    """What `LocalBackend` reads of `outpost.runtime.Engine`, over the real core and scheduler."""
+    """What `LocalBackend` reads of `outpost.serving.assembly.Engine`, over the real core and scheduler."""
 
     def __init__(self, runner: ScriptedRunner, slots: int = 1) -> None:
         config = SchedulerConfig(n_slots=slots, n_ctx=512, n_ctx_seq=256, max_queue=4, step_token_budget=64)

@@ -24,8 +24,8 @@ from outpost.cluster import topology, wire
 from outpost.cluster.gateway import GatewayLink
 from outpost.cluster.remote import RemoteBackend
 from outpost.cluster.worker import Worker
-from outpost.core import EngineClient
 from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
+from outpost.serving.engine_core import EngineClient
 
 pytestmark = pytest.mark.cluster
 LIMIT_S = 60.0

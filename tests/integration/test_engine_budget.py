@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from outpost.engine.config import EngineConfig
-from outpost.local import LocalBackend
 from outpost.messages import GenerateRequest, SamplingParams
-from outpost.runtime import Engine
 from outpost.scheduler.budget import ATTENTION_TILE, FALLBACK_BUDGET, MIN_BUDGET
 from outpost.scheduler.budget import Asked as BudgetAsked
+from outpost.serving.assembly import Engine
+from outpost.serving.local_backend import LocalBackend
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 

@@ -11,8 +11,8 @@ import pytest
 
 from outpost.engine import kernel_probe
 from outpost.engine.config import EngineConfig
-from outpost.local import LocalBackend
-from outpost.runtime import Engine
+from outpost.serving.assembly import Engine
+from outpost.serving.local_backend import LocalBackend
 
 
 def test_probe_measures_caches_and_the_engine_obeys(

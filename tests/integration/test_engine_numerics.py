@@ -14,9 +14,9 @@ import pytest
 
 from outpost.engine.batch import TokenBatch
 from outpost.engine.config import EngineConfig
+from outpost.engine.executor import ModelRunner
 from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
-from outpost.engine.runner import ModelRunner
 from outpost.scheduler.output import BatchChunk, SchedulerOutput, SeqCopy
 
 LOGIT_ATOL = 0.05  # absolute; the logits' spread is several units (checked below)

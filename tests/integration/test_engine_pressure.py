@@ -19,7 +19,7 @@ import pytest
 from outpost.engine.config import EngineConfig
 from outpost.engine.grammar import json_schema_to_grammar
 from outpost.messages import FinishReason, GenerateRequest, SamplingParams, TokenEvent
-from outpost.runtime import Engine
+from outpost.serving.assembly import Engine
 
 # Enums and booleans only: a random-weight model cannot wander off into an endless string, so the
 # document ends (the grammar then allows only end-of-generation) within the token budget.

@@ -10,7 +10,7 @@ import pytest
 
 from outpost.engine.config import EngineConfig
 from outpost.messages import FinishReason, GenerateRequest, SamplingParams, TokenEvent
-from outpost.runtime import Engine
+from outpost.serving.assembly import Engine
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from outpost.core import LocalStream
 from outpost.engine.config import EngineConfig
 from outpost.messages import GenerateRequest, SamplingParams, TokenEvent, TokenLogprob
-from outpost.runtime import Engine
+from outpost.serving.assembly import Engine
+from outpost.serving.engine_core import LocalStream
 
 # Greedy, with the top-2 log-probabilities of every step: where two runs part, the gap says why.
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, n_probs=2)

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-import outpost.runtime
+import outpost.serving.assembly
 from outpost.engine.config import EngineConfig
 from outpost.engine.draft_model import DraftModel
+from outpost.engine.executor import ModelRunner
 from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
-from outpost.engine.runner import ModelRunner
 from outpost.messages import GenerateRequest, SamplingParams, SpecParams, SpecRequest, TokenEvent
-from outpost.runtime import Engine
 from outpost.scheduler.output import DraftAsk
 from outpost.scheduler.speculation import SpecCosts
+from outpost.serving.assembly import Engine
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, n_probs=2)
 NEAR_TIE = 0.05  # logits: a parting where the best two were further apart is a real difference
@@ -47,7 +47,7 @@ def cheap_draft(monkeypatch: pytest.MonkeyPatch) -> None:
     prompt). These tests check the mechanism, not the economics: the draft is priced as a small
     one would be."""
     costs = SpecCosts(0.1, 0.1, 0.001, True, "priced for the test")
-    monkeypatch.setattr(outpost.runtime, "_spec_costs", lambda *_: costs)
+    monkeypatch.setattr(outpost.serving.assembly, "_spec_costs", lambda *_: costs)
 
 
 def _engine(model: Path, **kw: object) -> Engine:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from outpost.engine.config import EngineConfig
 from outpost.messages import GenerateRequest, SamplingParams, TokenEvent
-from outpost.runtime import Engine
 from outpost.scheduler.scheduler import COMPACT_AFTER_STEPS
+from outpost.serving.assembly import Engine
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 

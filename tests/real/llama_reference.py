@@ -4,11 +4,21 @@ rendered by `transformers` (Hugging Face's renderer, what the template was writt
 
 Every greedy generation starts from a reset context: `Llama.generate` would otherwise reuse a cached
 prefix and evaluate the rest of a prompt in other batch shapes than a fresh run.
+
+The reference runs the kernels Outpost's engine runs on this CPU for the same number of slots, so that
+parity holds whatever the CPU: the weight layout is chosen by outpost/engine/cpu_probe.py. Where AMX
+tiles fault, Outpost keeps AMX's layout with one token per micro-batch for 1-2 slots, and so does the
+reference (`n_ubatch=1`; `Llama`'s default would run the tile kernel on its prompt and die of the
+fault); for more slots Outpost repacks only q4_0/q4_K tensors without AMX, which on a model with none
+(SmolLM2's q4_1) is the plain layout. Across layouts logits differ by far more than rounding within
+one: 0.65 logits among the top 10, measured between AMX's and the plain layout on an Intel Xeon.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +26,27 @@ from typing import Any
 import llama_cpp
 import numpy as np
 from llama_cpp import Llama
+
+from outpost.engine.cpu_probe import WeightLayout, choose_layout
+from outpost.engine.repack_overrides import repackable_tensor_patterns
+
+
+@contextlib.contextmanager
+def _plain_layout() -> Iterator[None]:
+    """`Llama` loads the model with llama.cpp's extra buffer types off (it has no argument for it)."""
+    bindings = llama_cpp.llama_cpp  # the module `Llama` reads its defaults from
+    default = bindings.llama_model_default_params
+
+    def plain() -> llama_cpp.llama_model_params:
+        params = default()
+        params.use_extra_bufts = False
+        return params
+
+    bindings.llama_model_default_params = plain
+    try:
+        yield
+    finally:
+        bindings.llama_model_default_params = default
 
 
 @dataclass(frozen=True)
@@ -28,19 +59,25 @@ class Greedy:
 class Reference:
     """One `Llama` over a model file, used for greedy text, tokens and next-token logits."""
 
-    def __init__(self, path: Path, n_ctx: int = 2048) -> None:
-        # One thread, as the Outpost processes under test: on a CPU shared with other work a second
-        # OpenMP thread that gets descheduled stalls every op (measured: 127 ms a token with one
-        # thread, 3.4 s with two, at a load of 11 on 2 cores).
-        self.llm = Llama(
-            model_path=str(path),
-            n_ctx=n_ctx,
-            n_threads=1,
-            n_threads_batch=1,
-            n_batch=512,
-            seed=0,
-            verbose=False,
-        )
+    def __init__(self, path: Path, n_ctx: int = 2048, n_slots: int = 1) -> None:
+        self.layout: WeightLayout = choose_layout("auto", n_slots=n_slots)  # Outpost's, with n_slots
+        plain = self.layout == "plain" or self.layout == "repacked-no-amx"
+        if self.layout == "repacked-no-amx" and repackable_tensor_patterns(str(path)):
+            raise ValueError(f"{path.name}: Llama cannot repack some tensors only, as Outpost does here")
+        with _plain_layout() if plain else contextlib.nullcontext():
+            # One thread, as the Outpost processes under test: on a CPU shared with other work a
+            # second OpenMP thread that gets descheduled stalls every op (measured: 127 ms a token
+            # with one thread, 3.4 s with two, at a load of 11 on 2 cores).
+            self.llm = Llama(
+                model_path=str(path),
+                n_ctx=n_ctx,
+                n_threads=1,
+                n_threads_batch=1,
+                n_batch=512,
+                n_ubatch=1 if self.layout == "amx-gemv" else 512,
+                seed=0,
+                verbose=False,
+            )
         self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
         self._greedy: dict[tuple[tuple[int, ...], int], Greedy] = {}
 

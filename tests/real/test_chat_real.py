@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import numpy as np
 import openai
 import pytest
 from e2e.server_harness import Server
@@ -25,13 +26,20 @@ from outpost.models.catalog import SMOLLM2_135M_INDEX
 
 pytestmark = pytest.mark.real
 
-# SmolLM2-135M (q4_1) answers "What is the capital of France?" with "The capital of France is Paris."
-# under `--preset chat`'s system prompt, the chat page's default; under its template's default one, or
-# "You are a helpful assistant." with a period, it rambles in French: a 135M model.
+# SmolLM2-135M (q4_1) answers "Name the capital of France." with "The capital of France is Paris."
+# under `--preset chat`'s system prompt, the chat page's default. Asked "What is the capital of France?"
+# it answers so too on some CPUs, but its first token there is a near-tie (" The" 0.26 logits over "La",
+# which rambles in French), which other kernels' rounding can break; this question's smallest gap is
+# 1.81 (test_the_paris_answer_is_no_near_tie).
 MODEL = SMOLLM2_135M_INDEX.filename.removesuffix(".gguf")  # the served id: the file's stem
 HELPFUL = {"role": "system", "content": "You are a helpful assistant"}
 PAGE_SYSTEM = {"role": "system", "content": webui.DEFAULT_SYSTEM_PROMPT}
-FRANCE: list[Any] = [HELPFUL, {"role": "user", "content": "What is the capital of France?"}]
+QUESTION = "Name the capital of France."
+FRANCE: list[Any] = [HELPFUL, {"role": "user", "content": QUESTION}]
+# The smallest top-2 logit gap the Paris answer must keep at every step for it to be the answer on any
+# CPU: logits moved by up to 0.65 between two of llama.cpp's kernels on one CPU (llama_reference.py),
+# so a gap may shrink by twice that elsewhere.
+MARGIN = 1.3
 WEATHER = {
     "type": "function",
     "function": {
@@ -95,9 +103,24 @@ def test_an_answer_ends_at_the_real_end_of_turn(client: openai.OpenAI, smollm2_r
     assert ref.is_eog(im_end) and not ref.is_eog(ref.tokenize(" Paris")[0])
 
 
+def test_the_paris_answer_is_no_near_tie(smollm2_reference: Reference) -> None:
+    """The answer the real tier checks for Paris holds whatever the CPU's rounding: at no step of it
+    (its end of turn included) is the runner-up within MARGIN logits of the greedy choice."""
+    ref = smollm2_reference
+    assert ref.template is not None
+    prompt = ref.tokenize(render_reference(ref.template, FRANCE))
+    want = ref.greedy(prompt, 64)
+    assert "Paris" in want.text and want.stopped, want.text
+    gaps = []
+    for k in range(len(want.tokens) + 1):
+        top2 = np.sort(ref.next_logits(prompt + want.tokens[:k]))[-2:]
+        gaps.append(float(top2[1] - top2[0]))
+    assert min(gaps) > MARGIN, [round(g, 2) for g in gaps]
+
+
 def test_the_chat_pages_default_system_prompt_gets_the_right_answer(client: openai.OpenAI) -> None:
     # The page's request (a stream, its system prompt first), greedy so the answer is the same every run.
-    question = {"role": "user", "content": "What is the capital of France?"}
+    question = {"role": "user", "content": QUESTION}
     stream = client.chat.completions.create(
         model=MODEL, messages=[PAGE_SYSTEM, question], stream=True, temperature=0, max_tokens=24
     )

@@ -75,7 +75,7 @@ def test_offline_pull_list_show_and_run(offline_env: dict[str, str], tmp_path: P
     again = _outpost(offline_env, home, "pull", "smollm2:135m-q4_1")
     assert again.returncode == 0 and "smollm2:135m-q4_1 is up to date" in again.stderr
 
-    ask = ["-sys", "You are a helpful assistant", "-p", "What is the capital of France?", "-n", "16"]
+    ask = ["-sys", "You are a helpful assistant", "-p", "Name the capital of France.", "-n", "16"]
     run = _outpost(offline_env, home, "run", "-m", "smollm2:135m", *ask, "--temp", "0", "-t", "1")
     assert run.returncode == 0, run.stderr
     assert "Paris" in run.stdout
@@ -87,7 +87,7 @@ def test_make_serve_offline_answers_in_language(offline_env: dict[str, str], tmp
     env = {**offline_env, "OUTPOST_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
     for chosen in ("OUTPOST_MODEL", "OUTPOST_MODEL_PATH"):  # a model chosen by the user skips the pull
         env.pop(chosen, None)
-    cmd = [sys.executable, "-m", "outpost.first_run", "smollm2:135m", "--", "--port", str(port), "-t", "1"]
+    cmd = [sys.executable, "-m", "outpost.quickstart", "smollm2:135m", "--", "--port", str(port), "-t", "1"]
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         try:
@@ -104,7 +104,7 @@ def test_make_serve_offline_answers_in_language(offline_env: dict[str, str], tmp
                 raise AssertionError("not serving within 240 s")
             question = [
                 {"role": "system", "content": "You are a helpful assistant"},
-                {"role": "user", "content": "What is the capital of France?"},
+                {"role": "user", "content": "Name the capital of France."},
             ]
             body = {"messages": question, "max_tokens": 32, "temperature": 0}
             r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=120)

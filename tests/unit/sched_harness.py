@@ -1,4 +1,5 @@
-"""Drives a Scheduler against a FakeRunner the way core.py does, checking invariants every step.
+"""Drives a Scheduler against a FakeRunner the way serving/engine_core.py does, checking invariants
+every step.
 
 Each step: schedule(now) -> runner.execute(out) (unless empty) -> update_from_output(out, res, now).
 Checked on the way: slots never exceed n_slots; the batch stays within the budget; generating
@@ -31,7 +32,7 @@ class Harness:
     n_steps: int = 0
 
     def __post_init__(self) -> None:
-        self.sched = Scheduler(self.config, piece)  # the runner's pieces, as runtime.Engine wires them
+        self.sched = Scheduler(self.config, piece)  # the runner's pieces, as assembly.Engine wires them
         if self.runner.n_batch is None:
             self.runner.n_batch = self.config.step_token_budget
 

@@ -16,7 +16,7 @@ import pytest
 from fake_backend import FakeBackend
 
 from outpost.api.app import create_app
-from outpost.api.response_store import ResponseStore
+from outpost.api.responses.store import ResponseStore
 from outpost.messages import QueueFull
 from outpost.settings import HttpSettings
 
@@ -181,6 +181,26 @@ def test_anthropic_thinking_text_and_stream(config: HttpSettings) -> None:
     assert {"thinking_delta", "text_delta"} <= set(deltas)
     assert prompt_of(backend, 0) == "system: Be kind.\nuser: hi\nassistant: "
     assert counted.input_tokens == msg.usage.input_tokens == len(prompt_of(backend, 0))
+
+
+def test_anthropic_usage_counts_cached_tokens_apart_from_input_tokens(config: HttpSettings) -> None:
+    """Anthropic's input_tokens are the prompt tokens read afresh; with cache_read_input_tokens they
+    make the prompt, whole and streamed."""
+    backend = FakeBackend("Hi")
+    backend.cached = 5
+
+    async def go(_: Any, an: anthropic.AsyncAnthropic) -> Any:
+        kwargs: Any = dict(model="m", max_tokens=8, messages=[{"role": "user", "content": "hello"}])
+        msg = await an.messages.create(**kwargs)
+        async with an.messages.stream(**kwargs) as stream:
+            final = await stream.get_final_message()
+        return msg, final
+
+    msg, final = run(backend, config, go)
+    prompt = len(prompt_of(backend, 0))
+    for m in (msg, final):
+        assert m.usage.cache_read_input_tokens == 5
+        assert m.usage.input_tokens == prompt - 5
 
 
 def test_anthropic_tool_use_then_tool_result(config: HttpSettings) -> None:

@@ -13,11 +13,12 @@ from typing import Any
 import httpx
 from fake_backend import FakeBackend, FakeCodec
 
-from outpost.api import native_render, slots
 from outpost.api.app import create_app
-from outpost.api.generation import Outcome
-from outpost.api.native_render import NativeSpec
-from outpost.messages import FimTokens, FinishReason, SamplingParams, TokenLogprob
+from outpost.api.llama import render as native_render
+from outpost.api.llama import slots
+from outpost.api.llama.render import NativeSpec
+from outpost.api.pipeline.generation import Outcome
+from outpost.messages import FimTokens, FinishReason, SamplingParams, Timings, TokenLogprob
 from outpost.settings import HttpSettings
 
 
@@ -147,6 +148,15 @@ def test_stop_type_names_the_stop_word() -> None:
     assert native_render.stop_type(out, FakeCodec(), ("END",)) == ("word", "END")
     out.text = "yes END"
     assert native_render.stop_type(out, FakeCodec(), ()) == ("eos", "")
+
+
+def test_tokens_predicted_is_the_count_the_timings_give() -> None:
+    """The end-of-generation token is sampled (timings count it) but never shown (not in token_ids):
+    `tokens_predicted` and `timings.predicted_n` are one count, as llama-server's n_decoded."""
+    out = Outcome("r", 4, token_ids=[ord("o"), ord("k")], text="ok", finish=FinishReason.STOP)
+    out.timings = Timings(prompt_n=4, predicted_n=3)
+    res = native_render.final(_spec(), 0, out, "p")
+    assert res["tokens_predicted"] == res["timings"]["predicted_n"] == 3
 
 
 def test_probabilities_as_logprobs_or_post_sampling_probs() -> None:

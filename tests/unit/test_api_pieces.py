@@ -11,9 +11,9 @@ from fastapi.testclient import TestClient
 from outpost.api.auth import ApiKeyMiddleware, key_matches, presented_key
 from outpost.api.errors import ApiError, install_error_handlers
 from outpost.api.limits import BodyLimitMiddleware
-from outpost.api.mapping import check_n, resolve_max_tokens, stop_strings
-from outpost.api.sagemaker import tgi_sampling
-from outpost.api.schemas import ChatCompletionRequest, TgiParameters
+from outpost.api.pipeline.mapping import check_n, resolve_max_tokens, stop_strings
+from outpost.api.pipeline.schemas import ChatCompletionRequest, TgiParameters
+from outpost.api.sagemaker.routes import tgi_sampling
 
 
 def test_max_tokens_defaults_clip_and_explicit_overflow_is_400() -> None:

@@ -123,7 +123,7 @@ def test_bench_package_never_imports_the_engine() -> None:
         "import sys, outpost.bench.runner, outpost.bench.cli_args, outpost.bench.report\n"
         "import outpost.bench.plots\n"
         "bad = [m for m in sys.modules if m.split('.')[0] == 'llama_cpp' or m in "
-        "('outpost.engine', 'outpost.core', 'outpost.runtime', 'outpost.run', 'outpost.scheduler')]\n"
+        "('outpost.engine', 'outpost.serving', 'outpost.run', 'outpost.scheduler')]\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

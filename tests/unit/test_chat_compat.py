@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from outpost.api import chat_plan
 from outpost.api.errors import ApiError
-from outpost.api.schemas import ChatCompletionRequest
+from outpost.api.pipeline import chat_plan
+from outpost.api.pipeline.schemas import ChatCompletionRequest
 from outpost.engine.chat_template import ChatTemplate
 
 TEMPLATES = Path(__file__).parent.parent / "data" / "templates"

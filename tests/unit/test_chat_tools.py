@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from outpost.api.chat_plan import prepare
 from outpost.api.errors import ApiError
-from outpost.api.schemas import ChatCompletionRequest
+from outpost.api.pipeline.chat_plan import prepare
+from outpost.api.pipeline.schemas import ChatCompletionRequest
 from outpost.chat import formats, tools
 from outpost.engine.chat_template import ChatTemplate
 from outpost.models.tokenizer import CHAT_TEMPLATE as SYNTHETIC

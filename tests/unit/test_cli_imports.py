@@ -35,11 +35,21 @@ def test_model_free_commands_do_not_load_llama_cpp(argv: list[str]) -> None:
 def test_the_api_layer_imports_no_engine_code() -> None:
     loaded = _modules_after("import outpost.api, outpost.api.app, outpost.api.server, outpost.backend")
     assert "llama_cpp" not in loaded
-    engine = ("outpost.engine", "outpost.runtime", "outpost.core", "outpost.local", "outpost.cluster")
+    engine = (
+        "outpost.engine",
+        "outpost.serving",
+        "outpost.cluster",
+    )
     assert not {m for m in loaded if m.startswith(engine)}
 
 
 def test_the_settings_import_no_engine_api_or_cluster_code() -> None:
     loaded = _modules_after("import outpost.settings")
-    layers = ("outpost.engine", "outpost.runtime", "outpost.local", "outpost.api", "outpost.cluster")
+    layers = (
+        "outpost.engine",
+        "outpost.serving.assembly",
+        "outpost.serving.local_backend",
+        "outpost.api",
+        "outpost.cluster",
+    )
     assert not {m for m in loaded if m.startswith(layers)}

@@ -10,10 +10,10 @@ import time
 import pytest
 from fake_runner import FakeRunner, reference_tokens
 
-from outpost.core import STEP_DELAY_ENV, EngineClient, EngineCore, step_delay_from_env
 from outpost.messages import FinishReason, GenerateRequest, QueueFull, TokenEvent
 from outpost.scheduler import Scheduler, SchedulerConfig
 from outpost.scheduler.output import RunnerOutput, SchedulerOutput
+from outpost.serving.engine_core import STEP_DELAY_ENV, EngineClient, EngineCore, step_delay_from_env
 
 
 class SlowFakeRunner(FakeRunner):

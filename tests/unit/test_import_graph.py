@@ -20,7 +20,7 @@ PACKAGE = "outpost"
 FORBIDDEN = [
     ("outpost.engine", "outpost.models"),
     ("outpost.api", "outpost.engine"),
-    ("outpost.api", "outpost.local"),
+    ("outpost.api", "outpost.serving"),
     ("outpost.api", "outpost.cluster"),
 ]
 
@@ -110,7 +110,7 @@ def test_the_graph_sees_the_package() -> None:
     # Sanity: the reader resolves relative, dotted and function-local imports (the checks would pass on an
     # empty graph otherwise).
     assert graph.number_of_nodes() > 100
-    assert graph.has_edge("outpost.local", "outpost.engine.codec")  # module level
+    assert graph.has_edge("outpost.serving.local_backend", "outpost.engine.codec")  # module level
     assert graph.has_edge("outpost.models.convert.cli_args", "outpost.models.convert")  # in a function
 
 

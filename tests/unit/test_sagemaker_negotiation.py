@@ -1,4 +1,4 @@
-"""/invocations' Content-Type and Accept handling (outpost/api/sagemaker.py), no model needed: the
+"""/invocations' Content-Type and Accept handling (outpost/api/sagemaker/routes.py), no model needed: the
 checks answer before the body reaches the engine."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from fastapi import Body, Depends, FastAPI
 from fastapi.testclient import TestClient
 
-from outpost.api import sagemaker
 from outpost.api.errors import install_error_handlers
+from outpost.api.sagemaker import routes as sagemaker
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Speculation's prices as the engine sets them at start (outpost/runtime.py `_spec_costs`), from
+"""Speculation's prices as the engine sets them at start (outpost/serving/assembly.py `_spec_costs`), from
 step times faked here: what the ready line says, and what stands where a time is not believable."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any, cast
 
 import pytest
 
-from outpost.runtime import UNMEASURED_READ_SHARE, _spec_costs
 from outpost.scheduler.budget import PrefillBudget, StepTimes
 from outpost.scheduler.config import SchedulerConfig
+from outpost.serving.assembly import UNMEASURED_READ_SHARE, _spec_costs
 
 TARGET = StepTimes(0.020, ((16, 0.050), (64, 0.146)))  # 20 ms a step, +2 ms a prompt token
 DRAFT = StepTimes(0.010, ((16, 0.074), (64, 0.266)))  # 10 ms a step, +4 ms a token read

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from outpost.api.streaming import KEEPALIVE, with_keepalive
+from outpost.api.pipeline.sse import KEEPALIVE, with_keepalive
 
 
 class HeldBody:

@@ -8,9 +8,9 @@ import time
 import pytest
 from fake_runner import FakeRunner
 
-from outpost.core import STEP_DELAY_ENV, EngineClient, EngineCore
 from outpost.messages import GenerateRequest
 from outpost.scheduler import Scheduler, SchedulerConfig
+from outpost.serving.engine_core import STEP_DELAY_ENV, EngineClient, EngineCore
 
 
 class Runner(FakeRunner):

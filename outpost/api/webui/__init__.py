@@ -44,7 +44,7 @@ ASSETS = {
 }
 OPEN_PATHS: tuple[str, ...] = tuple(ASSETS)
 # The page's system prompt until the user edits it (the text of index.html's #system; a unit test holds
-# the two together): SmolLM2-135M-Instruct answers "What is the capital of France?" with Paris under it
+# the two together): SmolLM2-135M-Instruct answers "Name the capital of France." with Paris under it
 # (tests/real), and rambles or switches language with none, or with the same sentence ending in a period.
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant"
 

@@ -1,0 +1,2 @@
+"""llama-server's own routes: /completion (`completion`, `schemas`, `render`), /infill, /props and
+/slots, slot files, reranking, /tokenize and friends (`routes`), and its `llamacpp:*` metrics."""

@@ -1,0 +1,220 @@
+"""llama-server's native completion API: `POST /completion`, as its web UI and scripts call it.
+
+The body (`llama/schemas.py`) becomes one `GenerateRequest` per prompt with llama-server's
+defaults; the reply is one result object (or, for several prompts, a list of them), and a stream
+is `data: {...}` chunks carrying `content`, ending with a `stop: true` chunk holding `timings`,
+`generation_settings` and `stop_type`, with no `[DONE]` (llama-server sends none on native routes).
+`POST /completions` (no /v1) stays OpenAI-shaped: OpenAI SDK users with a bare base URL rely on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from outpost.api.errors import bad_request
+from outpost.api.llama import render as native_render
+from outpost.api.llama.render import NativeSpec
+from outpost.api.llama.schemas import (
+    DEFAULT_SAMPLERS,
+    SAMPLER_NAMES,
+    NativeCompletionRequest,
+    NativePrompt,
+)
+from outpost.api.pipeline import mapping
+from outpost.api.pipeline.generation import (
+    Generation,
+    Outcome,
+    outcome_error,
+)
+from outpost.api.pipeline.sse import merge, sse, sse_response, with_keepalive
+from outpost.api.pipeline.submit import Submission, outcomes, submit
+from outpost.api.state import state_of
+from outpost.backend import InferenceBackend, PromptCodec
+from outpost.messages import SamplingParams
+
+router = APIRouter()
+
+Piece = str | int
+NATIVE = mapping.Names("prompt", "n_predict")
+
+
+def _is_mixed(items: list[Any]) -> bool:
+    return any(isinstance(p, str) for p in items) and any(isinstance(p, int) for p in items)
+
+
+def prompt_pieces(prompt: NativePrompt) -> list[list[Piece]]:
+    """llama-server's reading of `prompt`: one prompt (text, ids, or text and ids mixed) or several."""
+    if isinstance(prompt, str):
+        return [[prompt]]
+    if all(isinstance(p, int) for p in prompt) or _is_mixed(prompt):
+        return [[p for p in prompt if not isinstance(p, list)]]
+    return [p if isinstance(p, list) else [p] for p in prompt]
+
+
+def tokens_of(codec: PromptCodec, pieces: list[Piece]) -> list[int]:
+    """Text pieces tokenized (BOS only before the first, as llama-server's tokenize_mixed), ids kept."""
+    out: list[int] = []
+    ids = [p for p in pieces if isinstance(p, int)]
+    mapping.check_token_ids(codec, ids, "prompt")
+    for i, piece in enumerate(pieces):
+        if isinstance(piece, int):
+            out.append(piece)
+        elif i == 0:
+            out += codec.tokenize_prompt(piece)
+        else:
+            out += codec.tokenize(piece, add_special=False)
+    return out
+
+
+def _logit_bias(
+    codec: PromptCodec, raw: list[list[Any]] | dict[str, float | bool] | None
+) -> dict[str, float]:
+    """llama-server's `[[id, bias]]` pairs or `{"id": bias}`, `false` banning the token -> OpenAI's form."""
+    pairs = raw.items() if isinstance(raw, dict) else [tuple(p) for p in raw or []]
+    out: dict[str, float] = {}
+    for pair in pairs:
+        if len(pair) != 2 or not isinstance(pair[1], int | float | bool):
+            raise bad_request("logit_bias entries are [token id, bias or false]", param="logit_bias")
+        key, value = pair
+        if isinstance(key, str) and not key.lstrip("-").isdigit():
+            for token in codec.tokenize(key, add_special=False):  # llama-server biases a string's tokens
+                out[str(token)] = -100.0 if value is False else float(value)
+            continue
+        out[str(key)] = -100.0 if value is False else float(value)
+    return out
+
+
+def _samplers(body: NativeCompletionRequest) -> tuple[str, ...]:
+    if body.samplers is None:
+        return DEFAULT_SAMPLERS
+    names = body.samplers if isinstance(body.samplers, list) else []
+    if isinstance(body.samplers, str):  # llama-server's one-letter form, e.g. "kfypmt"
+        letters = {
+            "d": "dry",
+            "k": "top_k",
+            "y": "typ_p",
+            "p": "top_p",
+            "m": "min_p",
+            "x": "xtc",
+            "t": "temperature",
+            "s": "top_n_sigma",
+            "e": "penalties",
+        }
+        names = [letters[c] for c in body.samplers if c in letters]
+    return tuple(SAMPLER_NAMES[n] for n in names)
+
+
+def sampling(codec: PromptCodec, body: NativeCompletionRequest, chain: tuple[str, ...]) -> SamplingParams:
+    """llama-server's defaults; a sampler left out of `samplers` is switched off."""
+    d = mapping.DEFAULTS
+    bias = mapping.logit_bias(codec, _logit_bias(codec, body.logit_bias))
+    params = SamplingParams(
+        temperature=d.temperature if body.temperature is None else body.temperature,
+        top_k=d.top_k if body.top_k is None else max(0, body.top_k),
+        top_p=d.top_p if body.top_p is None else body.top_p,
+        min_p=d.min_p if body.min_p is None else body.min_p,
+        typical_p=d.typical_p if body.typical_p is None else body.typical_p,
+        repeat_penalty=d.repeat_penalty if body.repeat_penalty is None else body.repeat_penalty,
+        presence_penalty=body.presence_penalty or 0.0,
+        frequency_penalty=body.frequency_penalty or 0.0,
+        penalty_last_n=d.penalty_last_n if body.repeat_last_n is None else body.repeat_last_n,
+        seed=None if body.seed is None or body.seed == -1 else body.seed & 0xFFFFFFFF,
+        logit_bias=bias,
+        ignore_eos=body.ignore_eos,
+        grammar=mapping.field_grammar(body.grammar, body.json_schema),
+        n_probs=body.n_probs if body.n_probs > 0 else -1,
+    )
+    off: dict[str, dict[str, Any]] = {
+        "top_k": {"top_k": 0},
+        "top_p": {"top_p": 1.0},
+        "min_p": {"min_p": 0.0},
+        "typ_p": {"typical_p": 1.0},
+        "penalties": {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
+    }
+    for name, change in off.items():
+        if name not in chain:
+            params = dataclasses.replace(params, **change)
+    return params
+
+
+def _budget(body: NativeCompletionRequest) -> int | None:
+    return body.n_predict if body.n_predict is not None else body.max_tokens
+
+
+@router.post("/completion", tags=["llama.cpp"])
+async def completion(body: NativeCompletionRequest, request: Request) -> Response:
+    """llama-server's native completion (text, token ids or both; `stream` for SSE chunks)."""
+    served = state_of(request).backend_for(body.model)
+    codec = served[1].codec
+    pieces = prompt_pieces(body.prompt)
+    token_lists = [await asyncio.to_thread(tokens_of, codec, p) for p in pieces]
+    texts = ["".join(p if isinstance(p, str) else codec.detokenize([p]) for p in pc) for pc in pieces]
+    return await run(request, body, served, token_lists, texts)
+
+
+async def run(
+    request: Request,
+    body: NativeCompletionRequest,
+    served: tuple[str, InferenceBackend],
+    token_lists: list[list[int]],
+    texts: list[str],
+) -> Response:
+    """Generate for each prompt with `body`'s settings; the native result(s) or stream."""
+    state = state_of(request)
+    model_id, backend = served
+    codec = backend.codec
+    arrival = time.monotonic()
+    cfg = state.config
+    if any(not t for t in token_lists):
+        raise bad_request("the prompt is empty", param="prompt")
+    chain = _samplers(body)
+    params = sampling(codec, body, chain)
+    stop = mapping.stop_strings(body.stop)
+    requested = _budget(body)
+    n_ctx = backend.n_ctx_seq  # no n_predict: what the context leaves, as llama-server
+    sub = Submission(backend, token_lists, requested, n_ctx, params, stop, NATIVE, "cmpl", arrival=arrival)
+    spec = NativeSpec(
+        model=model_id,
+        codec=codec,
+        sampling=params,
+        n_predict=-1 if requested is None else requested,
+        stop=stop,
+        samplers=chain,
+        stream=body.stream,
+        return_tokens=body.return_tokens,
+        post_sampling_probs=body.post_sampling_probs,
+    )
+    _, gens = await submit(state, request, sub)
+    if body.stream:
+        stream = _stream(gens, spec, texts, cfg.request_timeout)
+        return sse_response(with_keepalive(stream, cfg.sse_keepalive), gens)
+    outs = await outcomes(state, request, gens, texts)
+    results = [native_render.final(spec, i, o, texts[i]) for i, o in enumerate(outs)]
+    return JSONResponse(results[0] if len(results) == 1 else results)
+
+
+async def _stream(
+    gens: list[Generation], spec: NativeSpec, prompts: list[str], timeout: float
+) -> AsyncIterator[bytes]:
+    outs: list[Outcome] = [g.new_outcome() for g in gens]
+    async for index, event in merge([g.events() for g in gens]):
+        out = outs[index]
+        out.add(event)
+        if event.text or event.token_ids:
+            yield sse(
+                native_render.partial(spec, index, out, event.text, event.token_ids, event.logprobs or [])
+            )
+        if not event.finished:
+            continue
+        err = outcome_error(out, timeout)
+        if err is not None:
+            yield sse(err.body())
+            return
+        yield sse(native_render.final(spec, index, out, prompts[index]))

@@ -1,0 +1,114 @@
+"""llama-server's native request bodies (`POST /completion`), as its web UI and scripts send them.
+
+Field names and defaults are llama-server's (tools/server/server-task.cpp `params_from_json_cmpl`):
+`n_predict` (-1: until the context ends), `n_probs`, `samplers`, `logit_bias` as `[[id, bias]]`
+pairs or an object, `grammar` / `json_schema`. Fields Outpost has no use for (`cache_prompt`,
+`id_slot`, `n_keep`, `timings_per_token`, `return_progress`, ...) are accepted and documented.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from outpost.api.pipeline.schemas import MAX_PROMPTS, MAX_STOP, Body
+
+# A prompt: text, token ids, text and ids mixed (one prompt), or a list of those (several prompts).
+PromptPiece = str | int
+NativePrompt = str | list[PromptPiece | list[PromptPiece]]
+
+# llama-server's sampler names (common/sampling.cpp), with the alternative spellings it accepts.
+# llama-server's sampler order when a request names none (also what /props reports).
+DEFAULT_SAMPLERS = (
+    "penalties",
+    "dry",
+    "top_n_sigma",
+    "top_k",
+    "typ_p",
+    "top_p",
+    "min_p",
+    "xtc",
+    "temperature",
+)
+SAMPLER_NAMES = {
+    "dry": "dry",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "nucleus": "top_p",
+    "typ_p": "typ_p",
+    "typical_p": "typ_p",
+    "typical": "typ_p",
+    "min_p": "min_p",
+    "xtc": "xtc",
+    "temperature": "temperature",
+    "temp": "temperature",
+    "penalties": "penalties",
+    "top_n_sigma": "top_n_sigma",
+    "infill": "infill",
+}
+
+
+def _one_prompt(prompt: list[Any]) -> bool:
+    """Token ids, or text and ids mixed, are one prompt (llama-server's reading)."""
+    return all(isinstance(p, int) for p in prompt) or (
+        any(isinstance(p, str) for p in prompt) and any(isinstance(p, int) for p in prompt)
+    )
+
+
+class NativeCompletionRequest(Body):
+    prompt: NativePrompt = ""
+    n_predict: int | None = Field(None, ge=-1)
+    max_tokens: int | None = Field(None, ge=-1)  # llama-server's alias of n_predict
+    stream: bool = False
+    cache_prompt: bool = True
+    return_tokens: bool = False
+    n_probs: int = Field(0, ge=0, le=100)
+    post_sampling_probs: bool = False
+    samplers: list[str] | str | None = None
+    stop: list[str] | str | None = None
+    temperature: float | None = Field(None, ge=0.0, le=100.0)
+    top_k: int | None = Field(None, ge=-1, le=2**31 - 1)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    typical_p: float | None = Field(None, ge=0.0, le=1.0)
+    repeat_penalty: float | None = Field(None, gt=0.0, le=100.0)
+    repeat_last_n: int | None = Field(None, ge=-1)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    seed: int | None = None
+    ignore_eos: bool = False
+    logit_bias: list[list[Any]] | dict[str, float | bool] | None = None
+    grammar: str | None = None
+    json_schema: dict[str, Any] | None = None
+    model: str | None = None
+    # Accepted for llama-server's clients; Outpost has no use for them (docs/serve.md says why).
+    id_slot: int | None = None
+    n_keep: int | None = None
+    n_indent: int | None = None
+    timings_per_token: bool | None = None
+    return_progress: bool | None = None
+    verbose: bool | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_count(cls, stop: list[str] | str | None) -> list[str] | str | None:
+        if isinstance(stop, list) and len(stop) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop strings")
+        return stop
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_shape(cls, prompt: NativePrompt) -> NativePrompt:
+        if isinstance(prompt, list) and len(prompt) > MAX_PROMPTS and not _one_prompt(prompt):
+            raise ValueError(f"at most {MAX_PROMPTS} prompts per request")
+        return prompt
+
+    @field_validator("samplers")
+    @classmethod
+    def _sampler_names(cls, samplers: list[str] | str | None) -> list[str] | str | None:
+        if isinstance(samplers, list):
+            bad = [s for s in samplers if s not in SAMPLER_NAMES]
+            if bad:
+                raise ValueError(f"unknown sampler {bad[0]!r}; known: {', '.join(sorted(SAMPLER_NAMES))}")
+        return samplers

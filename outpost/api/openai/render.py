@@ -1,0 +1,173 @@
+"""OpenAI reply objects as plain dicts: chat.completion(.chunk), text_completion, usage, logprobs.
+
+Pure functions of an `Outcome` or `TokenEvent`; token text for logprobs comes from the engine's
+vocabulary (`PromptCodec.token_piece`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from outpost.api.pipeline.generation import Outcome
+from outpost.backend import PromptCodec
+from outpost.messages import FinishReason, Timings, TokenLogprob
+
+FINGERPRINT = "outpost"
+# A choice field set when the answer hit max_tokens inside a tool call: the complete calls are in
+# `tool_calls` (finish_reason "tool_calls"), the cut one was dropped.
+DROPPED_CALL = "truncated_tool_call"
+
+
+def finish_reason(reason: FinishReason | None) -> str | None:
+    if reason is None:
+        return None
+    return "length" if reason is FinishReason.LENGTH else "stop"
+
+
+def usage(n_prompt: int, n_completion: int, cached: int = 0) -> dict[str, Any]:
+    return {
+        "prompt_tokens": n_prompt,
+        "completion_tokens": n_completion,
+        "total_tokens": n_prompt + n_completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def _lp(value: float) -> float:
+    """A JSON-safe logprob: OpenAI's -9999.0 stands for -inf (a banned token)."""
+    return value if math.isfinite(value) else -9999.0
+
+
+def _piece(codec: PromptCodec, token: int) -> tuple[str, list[int]]:
+    raw = codec.token_piece(token)
+    return raw.decode("utf-8", errors="replace"), list(raw)
+
+
+def chat_logprobs(codec: PromptCodec, items: list[TokenLogprob]) -> dict[str, Any]:
+    content = []
+    for lp in items:
+        text, raw = _piece(codec, lp.token)
+        top = []
+        for token, value in lp.top:
+            t_text, t_raw = _piece(codec, token)
+            top.append({"token": t_text, "logprob": _lp(value), "bytes": t_raw})
+        content.append({"token": text, "logprob": _lp(lp.logprob), "bytes": raw, "top_logprobs": top})
+    return {"content": content, "refusal": None}
+
+
+def completion_logprobs(codec: PromptCodec, items: list[TokenLogprob], offset: int = 0) -> dict[str, Any]:
+    tokens, values, tops, offsets = [], [], [], []
+    for lp in items:
+        text, _ = _piece(codec, lp.token)
+        tokens.append(text)
+        values.append(_lp(lp.logprob))
+        tops.append({_piece(codec, t)[0]: _lp(v) for t, v in lp.top})
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
+
+
+def _head(obj: str, rid: str, model: str, created: int | None) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "object": obj,
+        "created": created or int(time.time()),
+        "model": model,
+        "system_fingerprint": FINGERPRINT,
+    }
+
+
+def chat_completion(
+    rid: str,
+    model: str,
+    out: Outcome,
+    codec: PromptCodec,
+    with_logprobs: bool,
+    message: dict[str, Any] | None = None,
+    finish: str | None = None,
+) -> dict[str, Any]:
+    """`message`/`finish`: the answer read for tool calls and reasoning (outpost/chat/output.py)."""
+    reply = _head("chat.completion", rid, model, None)
+    reply["choices"] = [chat_choice(0, out, codec, with_logprobs, message, finish)]
+    reply["usage"] = usage(out.n_prompt, len(out.token_ids), out.timings.cache_n)
+    reply["timings"] = out.timings.as_dict()
+    return reply
+
+
+def chat_choice(
+    index: int,
+    out: Outcome,
+    codec: PromptCodec,
+    with_logprobs: bool,
+    message: dict[str, Any] | None,
+    finish: str | None,
+) -> dict[str, Any]:
+    return {
+        "index": index,
+        "message": message or {"role": "assistant", "content": out.text},
+        "logprobs": chat_logprobs(codec, out.logprobs) if with_logprobs else None,
+        "finish_reason": finish or finish_reason(out.finish),
+    }
+
+
+def text_completion(
+    rid: str, model: str, outs: list[Outcome], codec: PromptCodec, with_logprobs: bool, prefixes: list[str]
+) -> dict[str, Any]:
+    reply = _head("text_completion", rid, model, None)
+    reply["choices"] = [
+        {
+            "index": i,
+            "text": prefixes[i] + out.text,
+            "logprobs": completion_logprobs(codec, out.logprobs, len(prefixes[i])) if with_logprobs else None,
+            "finish_reason": finish_reason(out.finish),
+        }
+        for i, out in enumerate(outs)
+    ]
+    n_prompt = sum(o.n_prompt for o in outs)
+    reply["usage"] = usage(
+        n_prompt, sum(len(o.token_ids) for o in outs), sum(o.timings.cache_n for o in outs)
+    )
+    reply["timings"] = outs[0].timings.as_dict() if len(outs) == 1 else _sum_timings(outs)
+    return reply
+
+
+def _sum_timings(outs: list[Outcome]) -> dict[str, float | int]:
+    total = Timings()
+    for o in outs:
+        t = o.timings
+        total.prompt_n += t.prompt_n
+        total.predicted_n += t.predicted_n
+        total.cache_n += t.cache_n
+        total.prompt_ms = max(total.prompt_ms, t.prompt_ms)
+        total.predicted_ms = max(total.predicted_ms, t.predicted_ms)
+        total.queue_ms = max(total.queue_ms, t.queue_ms)
+    return total.as_dict()
+
+
+def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    chunk = _head("chat.completion.chunk", rid, model, created)
+    choice = {"index": extra.pop("index", 0), "delta": delta, "logprobs": extra.pop("logprobs", None)}
+    choice["finish_reason"] = extra.pop("finish", None)
+    chunk["choices"] = [choice]
+    chunk.update(extra)
+    return chunk
+
+
+def text_chunk(
+    rid: str, model: str, created: int, index: int, text: str, logprobs: Any = None, finish: str | None = None
+) -> dict[str, Any]:
+    chunk = _head("text_completion", rid, model, created)
+    chunk["choices"] = [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}]
+    return chunk
+
+
+def usage_chunk(
+    obj: str, rid: str, model: str, created: int, use: dict[str, Any], timings: Any
+) -> dict[str, Any]:
+    chunk = _head(obj, rid, model, created)
+    chunk["choices"] = []
+    chunk["usage"] = use
+    chunk["timings"] = timings
+    return chunk

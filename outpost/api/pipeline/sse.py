@@ -1,0 +1,131 @@
+"""Server-sent events, framed once for every streaming route: data lines, keep-alives, the response.
+
+`sse(obj)` is one `data:` event; `sse_response` is the streamed reply, which cancels its
+generations however it ends (the client hung up, the body raised, or it finished). While a stream
+waits (queued for a slot, or in a long prefill) `with_keepalive` sends an SSE comment,
+`: keep-alive`, every `interval` seconds without an event, so proxies and load balancers with idle
+timeouts keep it open; clients ignore comments (the SSE spec says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from outpost.api.pipeline.generation import Generation
+from outpost.api.record import RECORD_KEY, RequestRecord
+
+T = TypeVar("T")
+
+DONE = b"data: [DONE]\n\n"
+KEEPALIVE = b": keep-alive\n\n"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+class _SseResponse(StreamingResponse):
+    """A StreamingResponse that aborts its generations however it ends, even before the first byte."""
+
+    def __init__(self, body: AsyncIterator[bytes], generations: list[Generation]) -> None:
+        super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        self._generations = generations
+        self._complete = False
+
+    async def stream_response(self, send: Send) -> None:
+        await super().stream_response(send)
+        self._complete = True  # not reached when the client left (cancelled, or the send failed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            record = scope.get(RECORD_KEY)
+            if not self._complete and isinstance(record, RequestRecord):
+                record.cancelled = True  # the access log says a cancel, not an error
+            for gen in self._generations:  # a no-op for the ones that finished
+                await gen.cancel()
+
+
+def sse_response(body: AsyncIterator[bytes], generations: list[Generation]) -> StreamingResponse:
+    return _SseResponse(body, generations)
+
+
+async def with_keepalive(body: AsyncIterator[bytes], interval: float) -> AsyncIterator[bytes]:
+    """`body`'s chunks, with a KEEPALIVE comment whenever `interval` seconds pass without one."""
+    if interval <= 0:
+        async for chunk in body:
+            yield chunk
+        return
+    it = aiter(body)
+    pending: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(it))
+            done, _ = await asyncio.wait((pending,), timeout=interval)
+            if not done:
+                yield KEEPALIVE
+                continue
+            chunk_task, pending = pending, None
+            try:
+                chunk = chunk_task.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        if pending is not None and not pending.done():
+            # The client left while the body waited for an event: cancelling the task that runs
+            # it ends the body there, its own cleanup included (no aclose: it is still running).
+            pending.cancel()
+        else:
+            if pending is not None and not pending.cancelled():
+                pending.exception()  # retrieved: a chunk nobody will send is not an error
+            aclose = getattr(it, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+async def merge(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
+    """Items of several async iterators as they come, tagged with the iterator's index."""
+    if len(streams) == 1:
+        async for item in streams[0]:
+            yield 0, item
+        return
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+    end = object()
+
+    async def pump(index: int, stream: AsyncIterator[T]) -> None:
+        try:
+            async for item in stream:
+                queue.put_nowait((index, item))
+        except Exception as exc:
+            queue.put_nowait((index, exc))
+            return
+        queue.put_nowait((index, end))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            index, item = await queue.get()
+            if item is end:
+                remaining -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

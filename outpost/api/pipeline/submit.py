@@ -1,0 +1,79 @@
+"""The pipeline's last steps, the same for every protocol: context and limits -> submit -> outcomes.
+
+A protocol turns its body into a `Submission` (prompt token lists, the budget asked for, sampler
+settings, stop strings, its field names); `submit` checks each prompt against the backend's context,
+builds one `GenerateRequest` per prompt and choice, and starts them all (admission refusals are
+ApiErrors before any reply byte). `outcomes` waits for a reply that is not streamed, records it,
+and raises the first failure through the one error mapping (`generation.outcome_error`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from outpost.api.pipeline import mapping
+from outpost.api.pipeline.generation import Generation, Outcome, outcome_error, start_all, wait_outcomes
+from outpost.api.record import record_of
+from outpost.api.state import ServerState
+from outpost.backend import InferenceBackend
+from outpost.messages import SamplingParams, SpecRequest
+
+
+@dataclass
+class Submission:
+    """A protocol's request as the pipeline runs it."""
+
+    backend: InferenceBackend
+    prompts: list[list[int]]  # token lists, one per prompt
+    requested: int | None  # the output budget asked for; None: the default; -1: what the context leaves
+    default_budget: int
+    sampling: SamplingParams
+    stops: tuple[str, ...]
+    names: mapping.Names
+    prefix: str  # the request id's
+    choices: int = 1  # per prompt (`n`): requests on one prompt share its KV through the prefix cache
+    spec: SpecRequest | None = None
+    arrival: float = field(default_factory=time.monotonic)
+
+
+async def submit(state: ServerState, request: Request, sub: Submission) -> tuple[str, list[Generation]]:
+    """(request id, generations: prompt i's choice j at i * choices + j), every one admitted."""
+    cfg = state.config
+    n_ctx = sub.backend.n_ctx_seq
+    budgets = [
+        mapping.resolve_max_tokens(len(tokens), sub.requested, n_ctx, sub.default_budget, sub.names)
+        for tokens in sub.prompts
+    ]
+    rid = mapping.new_request_id(sub.prefix)
+    record_of(request).id = rid
+    total = len(sub.prompts) * sub.choices
+    gens = []
+    for i, (tokens, budget) in enumerate(zip(sub.prompts, budgets, strict=True)):
+        for j in range(sub.choices):
+            sub_id = rid if total == 1 else f"{rid}-{i * sub.choices + j}"
+            params = mapping.choice_sampling(sub.sampling, j)
+            req = mapping.generate_request(
+                tokens, budget, params, sub.stops, sub_id, cfg.request_timeout, sub.arrival, sub.spec
+            )
+            gens.append(Generation(sub.backend, req, state.metrics, sub.names))
+    await start_all(gens)
+    return rid, gens
+
+
+async def outcomes(
+    state: ServerState, request: Request, gens: list[Generation], prompts: list[str]
+) -> list[Outcome]:
+    """Every generation's outcome (a client that hangs up aborts them: a 499), each recorded with
+    its prompt text; the first that failed raises its error."""
+    cfg = state.config
+    outs = await wait_outcomes(request, gens)
+    for text, out in zip(prompts, outs, strict=True):
+        record_of(request).add_outcome(out, text, cfg.log_prompts)
+    for out in outs:
+        err = outcome_error(out, cfg.request_timeout)
+        if err is not None:
+            raise err
+    return outs

@@ -1,0 +1,1 @@
+"""SageMaker's container contract (GET /ping, POST /invocations with TGI's or OpenAI's bodies)."""
