@@ -11,8 +11,8 @@ from dataclasses import replace
 
 from benchmarks.sampling.capture import QUESTIONS, chat_prompt
 from outpost.engine.config import EngineConfig
+from outpost.engine.executor import ModelRunner
 from outpost.engine.model import LoadedModel
-from outpost.engine.runner import ModelRunner
 from outpost.messages import SamplingParams
 from outpost.scheduler.output import BatchChunk, SamplerSetup, SchedulerOutput
 

@@ -14,9 +14,9 @@ import pytest
 from test_host_sampling_engine import two_sample_chi_square_fails
 
 from outpost.engine.config import EngineConfig
+from outpost.engine.executor import ModelRunner
 from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
-from outpost.engine.runner import ModelRunner
 from outpost.messages import SamplingParams
 from outpost.scheduler.output import BatchChunk, MemoryOp, SamplerSetup, SchedulerOutput, SeqCopy, SeqRemove
 

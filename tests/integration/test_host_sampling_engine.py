@@ -14,10 +14,10 @@ import pytest
 
 from outpost.engine.batch import TokenBatch
 from outpost.engine.config import EngineConfig
+from outpost.engine.executor import ModelRunner
 from outpost.engine.host_sampling import HostSampler
 from outpost.engine.lib import llama
 from outpost.engine.model import LoadedModel
-from outpost.engine.runner import ModelRunner
 from outpost.engine.sampling import SamplerChain
 from outpost.messages import SamplingParams
 from outpost.scheduler.output import BatchChunk, SamplerSetup, SchedulerOutput
