@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from outpost.api.errors import ApiError
 from outpost.api.ollama import models
@@ -33,6 +33,7 @@ from outpost.api.ollama.translate import (
 )
 from outpost.api.pipeline import mapping
 from outpost.api.pipeline.chat_run import ChatRun, Ending, Protocol, answer_parts, collect, start_chat
+from outpost.api.pipeline.sse import sse_response
 from outpost.api.record import record_of
 from outpost.api.state import ServerState, state_of
 
@@ -159,7 +160,7 @@ async def _answer(
     head = {"model": body.model}
     if body.stream:
         lines = _stream(state, request, run, head, shape, started)
-        return StreamingResponse(lines, media_type=NDJSON)
+        return sse_response(lines, run.gens, NDJSON)
     answer = await collect(state, request, run)
     reply = {**head, "created_at": now(), **shape(answer.reasoning, answer.content, answer.ending)}
     return JSONResponse({**reply, **_final(run, answer.ending, started)})
