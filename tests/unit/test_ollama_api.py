@@ -174,3 +174,30 @@ def test_errors_are_ollamas_envelope() -> None:
         assert r.status_code == 400 and "temperature" in r.json()["error"]
 
     run(backend, go, {"other": FakeBackend("x")})
+
+
+def test_keep_alive_and_num_ctx_are_accepted_and_change_nothing() -> None:
+    backend = FakeBackend("hello")
+
+    async def go(client: ollama.AsyncClient, _: httpx.AsyncClient) -> None:
+        msgs = [{"role": "user", "content": "hi"}]
+        reply = await client.chat("m", messages=msgs, keep_alive=0, options={"num_ctx": 1_000_000})
+        assert reply.message.content == "hello"
+        assert [m.model for m in (await client.ps()).models] == ["m"]  # still loaded: keep_alive is not built
+        assert (await client.ps()).models[0].context_length == 256  # the server's context, not num_ctx
+
+    run(backend, go)
+
+
+def test_refusals_before_a_route_runs_are_ollamas_envelope() -> None:
+    async def main() -> None:
+        config = HttpSettings(api_keys=("k",), max_body=1024)
+        app = create_app({"m": FakeBackend("hello")}, config, "m")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http:
+            r = await http.post("/api/chat", json={"model": "m", "messages": []})
+            assert r.status_code == 401 and list(r.json()) == ["error"] and "key" in r.json()["error"]
+            big = {"model": "m", "messages": [{"role": "user", "content": "x" * 2000}]}
+            r = await http.post("/api/chat", json=big, headers={"Authorization": "Bearer k"})
+            assert r.status_code == 413 and list(r.json()) == ["error"]
+
+    asyncio.run(main())
