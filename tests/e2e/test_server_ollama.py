@@ -61,6 +61,9 @@ def test_generate_and_embed(client: ollama.Client) -> None:
     reply = client.generate("tiny-f16", "Count:", options={"num_predict": 4, "seed": 3})
     assert reply.done and reply.eval_count is not None and reply.eval_count <= 4
     assert reply.done_reason in ("stop", "length")
+    raw = client.generate("tiny-f16", "Count: 1, 2,", raw=True, options={"num_predict": 4, "temperature": 0})
+    assert raw.context and raw.prompt_eval_count and raw.eval_count is not None
+    assert len(raw.context) == raw.prompt_eval_count + raw.eval_count
     vectors = client.embed("tiny-f16", ["one", "two words"])
     assert len(vectors.embeddings) == 2 and len(vectors.embeddings[0]) == len(vectors.embeddings[1]) > 0
     assert client.embeddings("tiny-f16", "one").embedding == pytest.approx(vectors.embeddings[0], abs=1e-5)

@@ -201,3 +201,23 @@ def test_refusals_before_a_route_runs_are_ollamas_envelope() -> None:
             assert r.status_code == 413 and list(r.json()) == ["error"]
 
     asyncio.run(main())
+
+
+def test_raw_generate_sends_the_prompt_as_written_and_continues_from_context() -> None:
+    backend = FakeBackend("abc")
+
+    async def go(client: ollama.AsyncClient, http: httpx.AsyncClient) -> None:
+        first = await client.generate("m", "Once", raw=True, system="ignored", options={"num_predict": 2})
+        assert first.response == "ab" and first.done_reason == "length"
+        assert first.context == [ord(c) for c in "Onceab"]
+        parts = [
+            p async for p in await client.generate("m", " upon", raw=True, context=first.context, stream=True)
+        ]
+        assert "".join(p.response for p in parts) == "abc" and parts[-1].context
+        assert prompt_of(backend) == "Onceab upon"
+        r = await http.post("/api/generate", json={"model": "m", "prompt": "x", "context": [1, 2]})
+        assert r.status_code == 400 and "raw" in r.json()["error"]
+        r = await http.post("/api/generate", json={"model": "m", "prompt": "x", "raw": True, "suffix": "y"})
+        assert r.status_code == 400 and "suffix" in r.json()["error"]
+
+    run(backend, go)

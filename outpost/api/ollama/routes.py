@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 
 from outpost.api.errors import ApiError
 from outpost.api.ollama import models
+from outpost.api.ollama.raw import start_raw
 from outpost.api.ollama.translate import (
     ChatBody,
     GenerateBody,
@@ -30,6 +31,7 @@ from outpost.api.ollama.translate import (
     chat_request,
     generate_messages,
     parse,
+    refuse_unserved,
 )
 from outpost.api.pipeline import mapping
 from outpost.api.pipeline.chat_run import ChatRun, Ending, Protocol, answer_parts, collect, start_chat
@@ -136,15 +138,36 @@ async def _chat(request: Request, raw: bytes) -> Response:
     body: ChatBody = parse(raw, ChatBody)
     if not body.messages:  # Ollama's way to load a model: answer that it is loaded
         return _loaded(body.model, {"message": {"role": "assistant", "content": ""}})
-    return await _answer(request, body, chat_request(body, chat_messages(body.messages)), CHAT, _chat_shape)
+    chat = chat_request(body, chat_messages(body.messages))
+    started = time.monotonic_ns()
+    run = await start_chat(state_of(request), chat, request, CHAT)
+    return await _answer(request, body, run, _chat_shape, started)
 
 
 async def _generate(request: Request, raw: bytes) -> Response:
     body: GenerateBody = parse(raw, GenerateBody)
     if not body.prompt and not body.images:  # Ollama's way to load a model
         return _loaded(body.model, {"response": ""})
-    plan = chat_request(body, generate_messages(body))
-    return await _answer(request, body, plan, GENERATE, _generate_shape)
+    started = time.monotonic_ns()
+    if body.raw:
+        refuse_unserved(body)
+        run = await start_raw(state_of(request), body, request)
+        return await _answer(request, body, run, _with_context(run), started)
+    chat = chat_request(body, generate_messages(body))
+    run = await start_chat(state_of(request), chat, request, GENERATE)
+    return await _answer(request, body, run, _generate_shape, started)
+
+
+def _with_context(run: ChatRun) -> Shape:
+    """Raw replies carry `context`: the prompt's tokens and the answer's, to continue from."""
+
+    def shape(thinking: str, content: str, ending: Ending | None) -> dict[str, Any]:
+        fields = _generate_shape(thinking, content, ending)
+        if ending is not None:
+            fields["context"] = [*run.gen.request.prompt_tokens, *ending.out.token_ids]
+        return fields
+
+    return shape
 
 
 def _loaded(model: str, fields: dict[str, Any]) -> Response:
@@ -152,11 +175,9 @@ def _loaded(model: str, fields: dict[str, Any]) -> Response:
 
 
 async def _answer(
-    request: Request, body: ChatBody | GenerateBody, chat: Any, protocol: Protocol, shape: Shape
+    request: Request, body: ChatBody | GenerateBody, run: ChatRun, shape: Shape, started: int
 ) -> Response:
     state = state_of(request)
-    started = time.monotonic_ns()
-    run = await start_chat(state, chat, request, protocol)
     head = {"model": body.model}
     if body.stream:
         lines = _stream(state, request, run, head, shape, started)

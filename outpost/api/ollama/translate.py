@@ -5,7 +5,8 @@
 model's template applies, as Ollama does unless `raw`). `options` map to the sampler
 (`num_predict` -> max_tokens, -1 and -2 meaning what the context leaves); `format` "json" or a
 schema -> response_format; `think` -> the template's enable_thinking. What cannot be served
-(`images`, `suffix`, a `template` of the request's own, `context`) is an `OllamaError` 400.
+(`images`, `suffix`, a `template` of the request's own, `context` without `raw`) is an `OllamaError`
+400; `raw` prompts are `raw.py`'s.
 """
 
 from __future__ import annotations
@@ -178,17 +179,22 @@ def chat_request(body: Common, messages: list[dict[str, Any]]) -> ChatCompletion
         raise bad(str(exc)) from None
 
 
-def generate_messages(body: GenerateBody) -> list[dict[str, Any]]:
-    """`system` + `prompt` as chat turns; what /api/generate cannot serve here is a 400."""
+def refuse_unserved(body: GenerateBody) -> None:
+    """What /api/generate cannot serve, raw or not, as a 400 naming the field."""
     if body.images:
         raise bad("images: this server's models read text only; images are not supported")
     if body.suffix:
         raise bad("suffix: fill-in-the-middle is not served on /api/generate; use /infill")
     if body.template:
         raise bad("template: the model's own chat template is used; a request's template is not supported")
+
+
+def generate_messages(body: GenerateBody) -> list[dict[str, Any]]:
+    """`system` + `prompt` as chat turns; what /api/generate cannot serve here is a 400."""
+    refuse_unserved(body)
     if body.context:
-        raise bad("context: earlier token context is not supported; send the conversation to /api/chat")
-    if body.raw:
-        raise bad("raw: prompts without the chat template are served by /v1/completions, not here")
+        raise bad(
+            'context: continuing from earlier tokens needs "raw": true; or send the conversation to /api/chat'
+        )
     system = [{"role": "system", "content": body.system}] if body.system else []
     return [*system, {"role": "user", "content": body.prompt or ""}]
