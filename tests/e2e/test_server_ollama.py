@@ -109,4 +109,4 @@ def test_pull_from_the_hub_then_delete(fake_hub: FakeHub, tiny_model: Path, tmp_
         failed = httpx.post(
             f"{srv.url}/api/pull", json={"model": "nobody/nothing-GGUF", "stream": False}, timeout=60
         )
-        assert "error" in failed.json()
+        assert failed.status_code == 400 and "nobody/nothing-GGUF" in failed.json()["error"]

@@ -261,13 +261,14 @@ async def pull(request: Request) -> Any:
         name = _name(body)
     except OllamaError as err:
         return _error(err)
-    lines = _pull_progress(_bare(name))
+    status = [200]  # what a reply that is not streamed says: a bad name 400, a failed download 500
+    lines = _pull_progress(_bare(name), status)
     if body.get("stream", True) is not False:
         return StreamingResponse(_ndjson(lines), media_type="application/x-ndjson")
     last: dict[str, Any] = {}
     async for obj in lines:
         last = obj
-    return JSONResponse(last, status_code=500 if "error" in last else 200)
+    return JSONResponse(last, status_code=status[0])
 
 
 async def _ndjson(objs: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
@@ -282,7 +283,9 @@ def _partial_bytes(store: ModelStore) -> tuple[str, int] | None:
     return (parts[-1].stem, parts[-1].stat().st_size) if parts else None
 
 
-async def _pull_progress(name: str) -> AsyncIterator[dict[str, Any]]:
+async def _pull_progress(name: str, status: list[int]) -> AsyncIterator[dict[str, Any]]:
+    """Ollama's progress objects; a client that leaves does not stop the download (a thread), which
+    the next pull of the same file then finds done, or waits for."""
     from outpost.models.pull import pull as pull_model
 
     store = ModelStore()
@@ -296,6 +299,7 @@ async def _pull_progress(name: str) -> AsyncIterator[dict[str, Any]]:
     try:
         manifest = task.result()
     except Exception as exc:  # the hub's or index's own words: no such model, unreachable, ...
+        status[0] = 400 if isinstance(exc, ValueError) else 500
         yield {"error": f"pull model '{name}': {exc}"}
         return
     digest = f"sha256:{manifest.sha256}"
