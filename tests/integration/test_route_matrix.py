@@ -47,7 +47,7 @@ class Route:
     budget: str
     bad: dict[str, Any]  # fields that make the body wrong, and the field the 400 names
     bad_param: str
-    style: str = "openai"  # envelope and stream: openai, native, responses, anthropic
+    style: str = "openai"  # envelope and stream: openai, native, responses, anthropic, ollama
     streams: bool = True
 
 
@@ -98,6 +98,21 @@ ROUTES = [
         {"parameters": {"max_new_tokens": "many"}},
         "parameters.max_new_tokens",
         streams=False,  # SageMaker's /invocations answers whole; TGI's streaming is another route
+    ),
+    Route(
+        "ollama",
+        "/api/chat",
+        lambda p, n: {
+            "model": "m",
+            "messages": [{"role": "user", "content": p}],
+            "options": {"num_predict": n},
+            "stream": False,  # Ollama streams by default
+        },
+        "messages",
+        "num_predict",
+        {"options": {"temperature": -1}},
+        "options.temperature",
+        style="ollama",
     ),
 ]
 CASES = [
@@ -260,6 +275,11 @@ def expect_reply_error(
     if route.style == "anthropic":
         assert body["type"] == "error" and body["error"]["type"] == ANTHROPIC_TYPES[status]
         return
+    if route.style == "ollama":  # {"error": "..."}: the field is named in the message, if anywhere
+        assert list(body) == ["error"] and isinstance(body["error"], str), body
+        if param is not None and code is None:
+            assert param in body["error"], body
+        return
     error = body["error"]
     assert error["param"] == param, error
     if code is not None:
@@ -271,6 +291,10 @@ def expect_stream_error(
 ) -> None:
     """The error after a 200: the event each protocol ends a failed stream with."""
     assert reply.status_code == 200, reply.text
+    if route.style == "ollama":  # NDJSON: a failed stream's last line is {"error": "..."}
+        last = json.loads(reply.text.strip().splitlines()[-1])
+        assert list(last) == ["error"], last
+        return
     events = sse_events(reply.text)
     if route.style == "anthropic":
         name, data = events[-1]
@@ -324,7 +348,7 @@ def test_a_refusal_after_admission_is_the_same_400(site: Site, route: Route, str
         expect_stream_error(route, reply, 400, route.prompt, "context_length_exceeded")
     else:
         expect_reply_error(route, reply, 400, route.prompt, "context_length_exceeded")
-        if route.style != "anthropic":
+        if route.style not in ("anthropic", "ollama"):
             assert reply.json()["error"]["n_ctx"] == SMALL_CTX
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from outpost.api.pipeline.schemas import ChatCompletionRequest
+from outpost.api.pipeline.schemas import ChatCompletionRequest, chat_from_fields
 
 ERROR_TYPES = {  # Anthropic's error type for each status
     400: "invalid_request_error",
@@ -188,8 +188,6 @@ def chat_request(body: MessagesRequest) -> ChatCompletionRequest:
         "parallel_tool_calls": parallel,
     }
     try:
-        return ChatCompletionRequest.model_validate({k: v for k, v in fields.items() if v is not None})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        raise bad(f"{where}: {first.get('msg')}") from None
+        return chat_from_fields(fields)
+    except ValueError as exc:
+        raise bad(str(exc)) from None

@@ -14,11 +14,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from outpost.api.errors import ApiError, bad_request
-from outpost.api.pipeline.generation import admission_error, timeout_error
+from outpost.api.pipeline.embed import embed
 from outpost.api.pipeline.schemas import EmbeddingRequest
 from outpost.api.state import state_of
-from outpost.messages import BackendUnavailable, QueueFull
 
 router = APIRouter()
 
@@ -33,23 +31,7 @@ def _encode(vector: list[float], fmt: str) -> list[float] | str:
 @router.post("/embeddings", include_in_schema=False)
 async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]:
     """Sentence embeddings for a string or a list of strings."""
-    state = state_of(request)
-    model_id, backend = state.backend_for(None)
-    if state.embedding_ids:  # --embedding-model: it answers whatever the name
-        model_id = state.embedding_ids[0]
-    elif body.model:
-        model_id, backend = state.backend_for(body.model)  # a gateway serves several models
-    texts = body.inputs()
-    try:
-        vectors, n_tokens = await backend.embed(texts)
-    except ValueError as exc:  # an input longer than the embedding context
-        raise bad_request(str(exc), param="input") from exc
-    except (QueueFull, BackendUnavailable) as exc:  # a gateway's broker: as for a chat request
-        raise admission_error(exc) from exc
-    except TimeoutError as exc:  # a gateway's deadline (serve has none for embeddings)
-        raise timeout_error(state.config.request_timeout) from exc
-    except RuntimeError as exc:
-        raise ApiError(500, f"embedding failed: {exc}", type="server_error", code="engine_error") from exc
+    model_id, vectors, n_tokens = await embed(state_of(request), body.model, body.inputs())
     return {
         "object": "list",
         "data": [

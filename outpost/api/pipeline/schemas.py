@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from outpost.api.pipeline.tool_schemas import ReasoningFormat, ToolCall, ToolChoice, ToolDef
 
@@ -141,6 +141,17 @@ class ChatCompletionRequest(SamplingFields):
     # (prefill) unless continue_final_message is false.
     add_generation_prompt: bool | None = None
     continue_final_message: bool | None = None
+
+
+def chat_from_fields(fields: dict[str, Any]) -> ChatCompletionRequest:
+    """The chat request another protocol's body maps to (None values left out); ValueError naming
+    the first field that is wrong, for the protocol to give in its own envelope."""
+    try:
+        return ChatCompletionRequest.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise ValueError(f"{where}: {first.get('msg')}") from None
 
 
 class CompletionRequest(SamplingFields):

@@ -35,8 +35,8 @@ def sse(obj: Any) -> bytes:
 class _SseResponse(StreamingResponse):
     """A StreamingResponse that aborts its generations however it ends, even before the first byte."""
 
-    def __init__(self, body: AsyncIterator[bytes], generations: list[Generation]) -> None:
-        super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
+    def __init__(self, body: AsyncIterator[bytes], generations: list[Generation], media_type: str) -> None:
+        super().__init__(body, media_type=media_type, headers=SSE_HEADERS)
         self._generations = generations
         self._complete = False
 
@@ -55,8 +55,11 @@ class _SseResponse(StreamingResponse):
                 await gen.cancel()
 
 
-def sse_response(body: AsyncIterator[bytes], generations: list[Generation]) -> StreamingResponse:
-    return _SseResponse(body, generations)
+def sse_response(
+    body: AsyncIterator[bytes], generations: list[Generation], media_type: str = "text/event-stream"
+) -> StreamingResponse:
+    """The streamed reply; `media_type`: another framing of the same stream (Ollama's NDJSON)."""
+    return _SseResponse(body, generations, media_type)
 
 
 async def with_keepalive(body: AsyncIterator[bytes], interval: float) -> AsyncIterator[bytes]:
