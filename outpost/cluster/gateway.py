@@ -9,8 +9,10 @@ redelivered request can ask (`resume?`) and continue exactly where the client is
 with attempt -1 is the broker's verdict from the dead-letter queue (expired: 504; delivery limit:
 poison) and always ends the request.
 
-`submit()` returns only after the publisher confirm: a nack (the queue is at its length limit) is
-`QueueFull` (429), no broker is `BackendUnavailable` (503) at once. Embedding jobs take the same
+`submit()` refuses a request past this gateway's share of `--max-queue` at once (`QueueFull`, 429:
+admission.py counts it here, the broker's length limit does not hold under concurrent publishers)
+and returns only after the publisher confirm: a nack at the queue's length limit is `QueueFull`
+too, no broker is `BackendUnavailable` (503) at once. Embedding jobs take the same
 queue and the same answers; their one reply each is matched in `embed.EmbedCalls`.
 """
 
@@ -30,7 +32,7 @@ from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 
 from outpost import tracing
-from outpost.cluster import topology, wire, wire_embed
+from outpost.cluster import admission, topology, wire, wire_embed
 from outpost.cluster.embed import EmbedCalls
 from outpost.cluster.fleet import WorkerTable
 from outpost.cluster.inflight import Pending, nack_is_full, resubmit_silent
@@ -81,6 +83,7 @@ class GatewayLink:
         # The request queues' length limit (--max-queue, set by a policy): a nack at it is a full
         # queue (429), below it the broker could not take the message now (503). None: never full.
         self.max_queue = max_queue
+        self.gateways = 1  # gateways connected to the broker (outpost.dead's consumers): the share
         self._conn: AbstractConnection | None = None
         self._setups = 0  # connections set up: past the first, requests in flight are resubmitted
         self._session: BrokerSession | None = None
@@ -171,6 +174,7 @@ class GatewayLink:
         """Publish to the queue routing chooses (a worker's lane or the shared queue), confirmed."""
         if not self.connected:
             raise BackendUnavailable("the message broker is unreachable; retry later", retry_after=2.0)
+        self._admit(model)
         rid = request.request_id
         pending = Pending(request, model)
         self.pending[rid] = pending  # before the publish: a fast worker may reply first
@@ -207,6 +211,11 @@ class GatewayLink:
                 "the message broker is unreachable; retry later", retry_after=2.0
             ) from exc
         return pending
+
+    def _admit(self, model: str) -> None:
+        """Raise QueueFull when this gateway's share of --max-queue already waits (admission.py)."""
+        if admission.full(self.pending.values(), model, self.max_queue, self.gateways, len(self.embeds)):
+            raise QueueFull(f"the queue for {model} is full; retry later")
 
     async def _fresh_depth(self, model: str) -> int | None:
         """The request queue's depth now; None when it cannot be read (no leader, no connection)."""
@@ -256,6 +265,7 @@ class GatewayLink:
         """Publish an embedding job to the model's queue and wait for a worker's reply."""
         if not self.connected:
             raise BackendUnavailable("the message broker is unreachable; retry later", retry_after=2.0)
+        self._admit(model)
         return await self.embeds.call(self._pub, topology.request_queue(model), self.reply_name, job)
 
     async def cancel(self, request_id: str) -> None:
@@ -371,6 +381,7 @@ class GatewayLink:
                         self._probe = await self._conn.channel()
                     for model in self.models:
                         self.depths[model] = await topology.request_queue_depth(self._probe, model)
+                    self.gateways = max(1, await topology.gateways_connected(self._probe))
             await asyncio.sleep(0.5)
 
     async def _expire(self) -> None:

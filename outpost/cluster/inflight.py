@@ -43,6 +43,11 @@ class Pending:
     finished: bool = False
     heard: float = field(default_factory=time.monotonic)  # a reply batch or a resume query
 
+    @property
+    def started(self) -> bool:
+        """A worker has replied or asked to resume it: it holds a slot, it no longer waits."""
+        return self.next_seq > 0 or self.attempt > 0
+
     def silent_since(self, moment: float) -> bool:
         return not self.finished and self.heard < moment
 

@@ -154,6 +154,12 @@ async def request_queue_depth(channel: AbstractChannel, model: str) -> int:
     return int(queue.declaration_result.message_count or 0)
 
 
+async def gateways_connected(channel: AbstractChannel) -> int:
+    """Gateways connected to the broker: each consumes `outpost.dead` once (workers never do)."""
+    queue = await channel.declare_queue(DEAD_QUEUE, passive=True)
+    return int(queue.declaration_result.consumer_count or 0)
+
+
 def reply_queue(gateway_id: str) -> str:
     return f"outpost.reply.{gateway_id}"
 
