@@ -35,7 +35,7 @@ from outpost import tracing
 from outpost.cluster import admission, topology, wire, wire_embed
 from outpost.cluster.embed import EmbedCalls
 from outpost.cluster.fleet import WorkerTable
-from outpost.cluster.inflight import Pending, nack_is_full, resubmit_silent
+from outpost.cluster.inflight import Pending, nack_is_full, resubmit, resume_answer
 from outpost.cluster.routing import Route, Router
 from outpost.cluster.session import OUTAGE_BOUND_S, BrokerSession, survive_connection_loss
 from outpost.cluster.verdicts import BROKER_VERDICT, DEADLINE_GRACE_S, answer_dead, last_resort
@@ -44,6 +44,7 @@ from outpost.messages import BackendUnavailable, GenerateRequest, QueueFull, Tok
 _log = logging.getLogger("outpost.cluster.gateway")
 
 PUBLISH_TIMEOUT_S = 5.0
+REPLY_PREFETCH = 256  # reply messages unacked at once (one ack each, no round trip)
 
 
 class GatewayLink:
@@ -85,7 +86,6 @@ class GatewayLink:
         self.max_queue = max_queue
         self.gateways = 1  # gateways connected to the broker (outpost.dead's consumers): the share
         self._conn: AbstractConnection | None = None
-        self._setups = 0  # connections set up: past the first, requests in flight are resubmitted
         self._session: BrokerSession | None = None
         self._run: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -119,8 +119,12 @@ class GatewayLink:
         for model in self.models:
             await topology.declare_request_queue(conn, pub, model, self.quorum)
         side = session.essential(await conn.channel())
-        replies = await side.declare_queue(self.reply_name, exclusive=True, auto_delete=True)
-        await replies.consume(self._on_reply, no_ack=True)
+        # Outlives this connection (topology), and acked: what the broker pushed into a link that
+        # was already cut comes back to the queue with the connection, so a cut loses no reply.
+        reply_ch = session.essential(await conn.channel())
+        await reply_ch.set_qos(prefetch_count=REPLY_PREFETCH)
+        replies = await reply_ch.declare_queue(self.reply_name, arguments=topology.reply_arguments())
+        await replies.consume(self._on_reply)
         status_q = await side.declare_queue(
             f"outpost.status.{self.gateway_id}", exclusive=True, auto_delete=True
         )
@@ -133,17 +137,25 @@ class GatewayLink:
         self._conn, self._pub, self._control, self._side = conn, pub, control, side
         # Depth polls on a channel of their own, reopened when a failed declare closes it.
         self._probe = await conn.channel()
-        self._setups += 1
-        if self._setups > 1 and self.pending:
-            self._background(self._resubmit_in_flight(time.monotonic()))
+        parked = await dead_ch.declare_queue(
+            topology.parked_queue(self.reply_name),
+            durable=True,
+            arguments=topology.parked_arguments(self.quorum),
+        )
+        await parked.consume(self._on_parked)
 
-    async def _resubmit_in_flight(self, since: float) -> None:
-        """After this gateway's own link was lost: the requests no worker speaks of again (their
-        replies were unroutable, so their workers ended them) go out again (inflight.py)."""
-        resent = await resubmit_silent(self.pending, since, self._resubmit)
-        self.counters["resubmitted"] += resent
-        if resent:
-            _log.warning("gateway %s: resubmitted %d requests after a lost link", self.gateway_id, resent)
+    async def _on_parked(self, message: AbstractIncomingMessage) -> None:
+        """A request a worker handed back: it could not reach this gateway's reply queue."""
+        async with message.process(ignore_processed=True):
+            pending = self.pending.get(message.correlation_id or "")
+            if pending is not None and pending.needs_resubmit():
+                self._background(self._resend(pending, "a worker could not reply to it and handed it back"))
+
+    async def _resend(self, pending: Pending, why: str) -> None:
+        """Send a request the broker lost again (inflight.py); its taker resumes it."""
+        _log.warning("gateway %s: resubmitting %s: %s", self.gateway_id, pending.request.request_id, why)
+        if await resubmit(self.pending, pending, self._resubmit):
+            self.counters["resubmitted"] += 1
 
     async def _resubmit(self, pending: Pending) -> None:
         """The worker that takes it asks `resume?` and continues from what the client has."""
@@ -303,6 +315,13 @@ class GatewayLink:
 
     async def _on_reply(self, message: AbstractIncomingMessage) -> None:
         try:
+            await self._read_reply(message)
+        finally:
+            with contextlib.suppress(AMQPError, OSError, RuntimeError):
+                await message.ack()
+
+    async def _read_reply(self, message: AbstractIncomingMessage) -> None:
+        try:
             fields = wire.loads(message.body, wire.KINDS)  # parsed once per reply message
             kind = fields["kind"]
             if kind == "resume?":
@@ -333,21 +352,23 @@ class GatewayLink:
             pending.next_seq += 1
             pending.heard = time.monotonic()
             self._deliver(pending, batch.events)
+        elif batch.attempt == pending.attempt and batch.seq > pending.next_seq and pending.needs_resubmit():
+            # The broker lost replies of this copy (a reply queue gone with its node): the copy
+            # that takes it again resumes from what the client has, and the old one is stopped.
+            why = f"replies {pending.next_seq}..{batch.seq - 1} of attempt {batch.attempt} were lost"
+            self._background(self._resend(pending, why))
         else:
             self.counters["duplicates"] += 1  # a late batch of an attempt that was taken over
 
     async def _answer_resume(self, message: AbstractIncomingMessage) -> None:
-        rid = str(wire.loads(message.body, "resume?")["request_id"])
-        pending = self.pending.get(rid)
-        if pending is None or pending.finished:
-            state = wire.ResumeState(rid, 0, 0, gone=True)
-        else:
-            pending.attempt += 1
-            pending.heard = time.monotonic()
+        query = wire.decode_resume_query(message.body)
+        pending = self.pending.get(query.request_id)
+        state, new = resume_answer(pending, query)
+        if new:
             self.counters["resumes"] += 1
-            state = wire.ResumeState(rid, pending.attempt, pending.next_seq, list(pending.sent))
             # A copy of an older attempt may still run (a cut link it never noticed): stop it.
-            self._background(self._publish_cancel(rid, before_attempt=pending.attempt))
+            self._background(self._publish_cancel(query.request_id, before_attempt=state.attempt))
+        rid = query.request_id
         if message.reply_to:
             with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
                 await self._pub.default_exchange.publish(

@@ -20,7 +20,13 @@ every message in it has long expired into the shared queue.
 
 Fanout exchanges: `outpost.control` (cancels; every worker binds a private queue) and
 `outpost.status` (worker heartbeats; every gateway binds a private queue). Each gateway has its
-own classic exclusive auto-delete reply queue `outpost.reply.<gateway id>`.
+own classic reply queue `outpost.reply.<gateway id>`: not exclusive, so it outlives the gateway's
+connection for REPLY_EXPIRY_MS (a cut link: workers keep replying into it and the gateway reads on
+when it is back; past that bound the gateway has ended its requests anyway), and transient, so
+the nodes left after its node's death let the gateway declare it again (RabbitMQ 4.x lists
+transient non-exclusive queues as a deprecated feature, still permitted by default). Beside it a
+quorum queue `outpost.parked.<gateway id>`: a request a worker could not reply to (the reply queue
+was gone) is handed back there rather than dropped, and the gateway sends it again when it is back.
 
 Replication: on a RabbitMQ cluster every quorum queue (request queues, lanes, `outpost.dead`) is
 declared with `x-quorum-initial-group-size` (`quorum_size`: by default the number of broker
@@ -162,6 +168,24 @@ async def gateways_connected(channel: AbstractChannel) -> int:
 
 def reply_queue(gateway_id: str) -> str:
     return f"outpost.reply.{gateway_id}"
+
+
+# A gateway away longer than its outage bound (session.OUTAGE_BOUND_S, 30 s) has ended its requests.
+REPLY_EXPIRY_MS = 40_000
+PARKED_EXPIRY_MS = 120_000  # a parked request waits this long for its gateway to come back
+
+
+def reply_arguments() -> dict[str, Any]:
+    return {"x-expires": REPLY_EXPIRY_MS}
+
+
+def parked_queue(reply_to: str) -> str:
+    """The parked queue beside the reply queue `reply_to` (outpost.reply.X -> outpost.parked.X)."""
+    return "outpost.parked." + reply_to.removeprefix("outpost.reply.")
+
+
+def parked_arguments(quorum: int | None = None) -> dict[str, Any]:
+    return {**quorum_arguments(quorum), "x-expires": PARKED_EXPIRY_MS}
 
 
 def request_queue_arguments(quorum: int | None = None) -> dict[str, Any]:
