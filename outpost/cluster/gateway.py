@@ -137,12 +137,7 @@ class GatewayLink:
         self._conn, self._pub, self._control, self._side = conn, pub, control, side
         # Depth polls on a channel of their own, reopened when a failed declare closes it.
         self._probe = await conn.channel()
-        parked = await dead_ch.declare_queue(
-            topology.parked_queue(self.reply_name),
-            durable=True,
-            arguments=topology.parked_arguments(self.quorum),
-        )
-        await parked.consume(self._on_parked)
+        await (await topology.declare_parked(dead_ch, self.reply_name, self.quorum)).consume(self._on_parked)
 
     async def _on_parked(self, message: AbstractIncomingMessage) -> None:
         """A request a worker handed back: it could not reach this gateway's reply queue."""

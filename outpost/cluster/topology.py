@@ -184,8 +184,10 @@ def parked_queue(reply_to: str) -> str:
     return "outpost.parked." + reply_to.removeprefix("outpost.reply.")
 
 
-def parked_arguments(quorum: int | None = None) -> dict[str, Any]:
-    return {**quorum_arguments(quorum), "x-expires": PARKED_EXPIRY_MS}
+async def declare_parked(channel: AbstractChannel, reply_to: str, quorum: int | None = None) -> AbstractQueue:
+    """The parked queue beside `reply_to` (declared by its gateway alone: its arguments never vary)."""
+    arguments = {**quorum_arguments(quorum), "x-expires": PARKED_EXPIRY_MS}
+    return await channel.declare_queue(parked_queue(reply_to), durable=True, arguments=arguments)
 
 
 def request_queue_arguments(quorum: int | None = None) -> dict[str, Any]:
