@@ -5,8 +5,8 @@ publishers (Debian's 3.10.8 showed 44 ready under a limit of 32, and 200 concurr
 all accepted in one run): the leader checks the length against messages it has not yet applied.
 So each gateway counts the requests it has sent that no worker has started yet (no reply batch,
 no resume question) and refuses past its share of the bound: `--max-queue` divided by the
-gateways connected to the broker, which it reads through the broker (every gateway consumes the
-dead-letter queue `outpost.dead` once, so its consumer count is the number of gateways). One
+gateways serving the model, which it reads through the broker (every gateway of a model consumes
+the model's presence queue `outpost.gateways.<model>`, so its consumer count is their number). One
 gateway's bound is exact; several each keep `max_queue // gateways` (at least 1). The broker
 policy stays as a second, looser bound. Nothing here does I/O.
 """

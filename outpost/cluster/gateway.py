@@ -47,6 +47,10 @@ PUBLISH_TIMEOUT_S = 5.0
 REPLY_PREFETCH = 256  # reply messages unacked at once (one ack each, no round trip)
 
 
+async def _never_called(message: AbstractIncomingMessage) -> None:
+    await message.ack()  # nothing is published to a presence queue; were something, it goes
+
+
 class GatewayLink:
     """One gateway process's broker connection, reply queue, worker table and requests in flight."""
 
@@ -84,7 +88,7 @@ class GatewayLink:
         # The request queues' length limit (--max-queue, set by a policy): a nack at it is a full
         # queue (429), below it the broker could not take the message now (503). None: never full.
         self.max_queue = max_queue
-        self.gateways = 1  # gateways connected to the broker (outpost.dead's consumers): the share
+        self.gateways = {m: 1 for m in self.models}  # gateways serving each model: the bound's share
         self._conn: AbstractConnection | None = None
         self._session: BrokerSession | None = None
         self._run: asyncio.Future[None] | None = None
@@ -116,8 +120,12 @@ class GatewayLink:
         assert session is not None  # set by start(), which runs the session
         pub = session.essential(await conn.channel(publisher_confirms=True, on_return_raises=True))
         control, status = await topology.declare_common(conn, pub, self.quorum)
+        presence = session.essential(await conn.channel())
+        await presence.set_qos(prefetch_count=1)
         for model in self.models:
             await topology.declare_request_queue(conn, pub, model, self.quorum)
+            gateways = await topology.declare_gateways_queue(conn, presence, model, self.quorum)
+            await gateways.consume(_never_called)  # counted, never fed (admission.py)
         side = session.essential(await conn.channel())
         # Outlives this connection (topology), and acked: what the broker pushed into a link that
         # was already cut comes back to the queue with the connection, so a cut loses no reply.
@@ -221,7 +229,9 @@ class GatewayLink:
 
     def _admit(self, model: str) -> None:
         """Raise QueueFull when this gateway's share of --max-queue already waits (admission.py)."""
-        if admission.full(self.pending.values(), model, self.max_queue, self.gateways, len(self.embeds)):
+        if admission.full(
+            self.pending.values(), model, self.max_queue, self.gateways[model], len(self.embeds)
+        ):
             raise QueueFull(f"the queue for {model} is full; retry later")
 
     async def _fresh_depth(self, model: str) -> int | None:
@@ -397,7 +407,7 @@ class GatewayLink:
                         self._probe = await self._conn.channel()
                     for model in self.models:
                         self.depths[model] = await topology.request_queue_depth(self._probe, model)
-                    self.gateways = max(1, await topology.gateways_connected(self._probe))
+                        self.gateways[model] = max(1, await topology.gateways_connected(self._probe, model))
             await asyncio.sleep(0.5)
 
     async def _expire(self) -> None:

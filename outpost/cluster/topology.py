@@ -22,7 +22,7 @@ Fanout exchanges: `outpost.control` (cancels; every worker binds a private queue
 `outpost.status` (worker heartbeats; every gateway binds a private queue). Each gateway has its
 own classic reply queue `outpost.reply.<gateway id>`: not exclusive, so it outlives the gateway's
 connection for REPLY_EXPIRY_MS (a cut link: workers keep replying into it and the gateway reads on
-when it is back; past that bound the gateway has ended its requests anyway), and transient, so
+when it is back; the cost: a killed gateway's requests run that long before they stop), and transient, so
 the nodes left after its node's death let the gateway declare it again (RabbitMQ 4.x lists
 transient non-exclusive queues as a deprecated feature, still permitted by default). Beside it a
 quorum queue `outpost.parked.<gateway id>`: a request a worker could not reply to (the reply queue
@@ -160,9 +160,26 @@ async def request_queue_depth(channel: AbstractChannel, model: str) -> int:
     return int(queue.declaration_result.message_count or 0)
 
 
-async def gateways_connected(channel: AbstractChannel) -> int:
-    """Gateways connected to the broker: each consumes `outpost.dead` once (workers never do)."""
-    queue = await channel.declare_queue(DEAD_QUEUE, passive=True)
+GATEWAYS_EXPIRY_MS = 3_600_000  # a model no gateway has served for an hour: its presence queue goes
+
+
+def gateways_queue(model: str) -> str:
+    return f"outpost.gateways.{model}"
+
+
+async def declare_gateways_queue(
+    conn: AbstractConnection, channel: AbstractChannel, model: str, quorum: int | None = None
+) -> AbstractQueue:
+    """A model's presence queue: every gateway of the model consumes it (nothing is ever published
+    to it), so its consumer count is the number of gateways serving the model (a quorum queue:
+    the count survives a node's death)."""
+    arguments = {**quorum_arguments(quorum), "x-expires": GATEWAYS_EXPIRY_MS}
+    return await declare_shared(conn, channel, gateways_queue(model), arguments)
+
+
+async def gateways_connected(channel: AbstractChannel, model: str) -> int:
+    """Gateways serving `model` now (its presence queue's consumers)."""
+    queue = await channel.declare_queue(gateways_queue(model), passive=True)
     return int(queue.declaration_result.consumer_count or 0)
 
 
@@ -170,8 +187,11 @@ def reply_queue(gateway_id: str) -> str:
     return f"outpost.reply.{gateway_id}"
 
 
-# A gateway away longer than its outage bound (session.OUTAGE_BOUND_S, 30 s) has ended its requests.
-REPLY_EXPIRY_MS = 40_000
+# A gateway's reply queue outlives its connection this long: a cut link up to about this long
+# (counted from when the broker drops the silent connection, 4 s in) loses no reply and hands
+# nothing over; longer, the broker lost what was in it and the gateway resends (inflight.py). A
+# killed gateway's requests run on the workers this long before their replies become unroutable.
+REPLY_EXPIRY_MS = 20_000
 PARKED_EXPIRY_MS = 120_000  # a parked request waits this long for its gateway to come back
 
 

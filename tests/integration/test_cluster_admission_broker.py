@@ -3,6 +3,7 @@ gateways there are, and admits its share of `--max-queue` (no worker: every requ
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -23,10 +24,14 @@ def test_two_gateways_each_admit_half_of_the_bound(rabbitmq: Any) -> None:
         for link in links:
             await link.start()
         try:
-            # Other tests' gateways may be connected too: the share follows whatever the broker says.
-            await until(lambda: all(link.gateways >= 2 for link in links), "both gateways counted")
+            await until(lambda: all(link.gateways[model] == 2 for link in links), "both gateways counted")
+            other = GatewayLink(rabbitmq.url, ["test-" + uuid.uuid4().hex[:8]], max_queue=6)
+            await other.start()  # a gateway of another model: not counted
+            await asyncio.sleep(1.5)  # three depth polls
+            await other.close()
             for link in links:
-                share = 6 // link.gateways
+                assert link.gateways[model] == 2
+                share = 3
                 for _ in range(share):
                     await link.submit(model, request())
                 with pytest.raises(QueueFull):
