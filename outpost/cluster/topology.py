@@ -27,6 +27,8 @@ the nodes left after its node's death let the gateway declare it again (RabbitMQ
 transient non-exclusive queues as a deprecated feature, still permitted by default). Beside it a
 quorum queue `outpost.parked.<gateway id>`: a request a worker could not reply to (the reply queue
 was gone) is handed back there rather than dropped, and the gateway sends it again when it is back.
+Per model, a presence quorum queue `outpost.gateways.<model>` that every gateway of the model
+consumes and nothing is published to: its consumer count is how many share the queue bound.
 
 Replication: on a RabbitMQ cluster every quorum queue (request queues, lanes, `outpost.dead`) is
 declared with `x-quorum-initial-group-size` (`quorum_size`: by default the number of broker
