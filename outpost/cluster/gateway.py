@@ -9,8 +9,10 @@ redelivered request can ask (`resume?`) and continue exactly where the client is
 with attempt -1 is the broker's verdict from the dead-letter queue (expired: 504; delivery limit:
 poison) and always ends the request.
 
-`submit()` returns only after the publisher confirm: a nack (the queue is at its length limit) is
-`QueueFull` (429), no broker is `BackendUnavailable` (503) at once. Embedding jobs take the same
+`submit()` refuses a request past this gateway's share of `--max-queue` at once (`QueueFull`, 429:
+admission.py counts it here, the broker's length limit does not hold under concurrent publishers)
+and returns only after the publisher confirm: a nack at the queue's length limit is `QueueFull`
+too, no broker is `BackendUnavailable` (503) at once. Embedding jobs take the same
 queue and the same answers; their one reply each is matched in `embed.EmbedCalls`.
 """
 
@@ -30,10 +32,10 @@ from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 
 from outpost import tracing
-from outpost.cluster import topology, wire, wire_embed
+from outpost.cluster import admission, topology, wire, wire_embed
 from outpost.cluster.embed import EmbedCalls
 from outpost.cluster.fleet import WorkerTable
-from outpost.cluster.inflight import Pending, nack_is_full, resubmit_silent
+from outpost.cluster.inflight import Pending, nack_is_full, resubmit, resume_answer
 from outpost.cluster.routing import Route, Router
 from outpost.cluster.session import OUTAGE_BOUND_S, BrokerSession, survive_connection_loss
 from outpost.cluster.verdicts import BROKER_VERDICT, DEADLINE_GRACE_S, answer_dead, last_resort
@@ -42,6 +44,11 @@ from outpost.messages import BackendUnavailable, GenerateRequest, QueueFull, Tok
 _log = logging.getLogger("outpost.cluster.gateway")
 
 PUBLISH_TIMEOUT_S = 5.0
+REPLY_PREFETCH = 256  # reply messages unacked at once (one ack each, no round trip)
+
+
+async def _never_called(message: AbstractIncomingMessage) -> None:
+    await message.ack()  # nothing is published to a presence queue; were something, it goes
 
 
 class GatewayLink:
@@ -81,8 +88,8 @@ class GatewayLink:
         # The request queues' length limit (--max-queue, set by a policy): a nack at it is a full
         # queue (429), below it the broker could not take the message now (503). None: never full.
         self.max_queue = max_queue
+        self.gateways = {m: 1 for m in self.models}  # gateways serving each model: the bound's share
         self._conn: AbstractConnection | None = None
-        self._setups = 0  # connections set up: past the first, requests in flight are resubmitted
         self._session: BrokerSession | None = None
         self._run: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -113,11 +120,19 @@ class GatewayLink:
         assert session is not None  # set by start(), which runs the session
         pub = session.essential(await conn.channel(publisher_confirms=True, on_return_raises=True))
         control, status = await topology.declare_common(conn, pub, self.quorum)
+        presence = session.essential(await conn.channel())
+        await presence.set_qos(prefetch_count=1)
         for model in self.models:
             await topology.declare_request_queue(conn, pub, model, self.quorum)
+            gateways = await topology.declare_gateways_queue(conn, presence, model, self.quorum)
+            await gateways.consume(_never_called)  # counted, never fed (admission.py)
         side = session.essential(await conn.channel())
-        replies = await side.declare_queue(self.reply_name, exclusive=True, auto_delete=True)
-        await replies.consume(self._on_reply, no_ack=True)
+        # Outlives this connection (topology), and acked: what the broker pushed into a link that
+        # was already cut comes back to the queue with the connection, so a cut loses no reply.
+        reply_ch = session.essential(await conn.channel())
+        await reply_ch.set_qos(prefetch_count=REPLY_PREFETCH)
+        replies = await reply_ch.declare_queue(self.reply_name, arguments=topology.reply_arguments())
+        await replies.consume(self._on_reply)
         status_q = await side.declare_queue(
             f"outpost.status.{self.gateway_id}", exclusive=True, auto_delete=True
         )
@@ -130,17 +145,20 @@ class GatewayLink:
         self._conn, self._pub, self._control, self._side = conn, pub, control, side
         # Depth polls on a channel of their own, reopened when a failed declare closes it.
         self._probe = await conn.channel()
-        self._setups += 1
-        if self._setups > 1 and self.pending:
-            self._background(self._resubmit_in_flight(time.monotonic()))
+        await (await topology.declare_parked(dead_ch, self.reply_name, self.quorum)).consume(self._on_parked)
 
-    async def _resubmit_in_flight(self, since: float) -> None:
-        """After this gateway's own link was lost: the requests no worker speaks of again (their
-        replies were unroutable, so their workers ended them) go out again (inflight.py)."""
-        resent = await resubmit_silent(self.pending, since, self._resubmit)
-        self.counters["resubmitted"] += resent
-        if resent:
-            _log.warning("gateway %s: resubmitted %d requests after a lost link", self.gateway_id, resent)
+    async def _on_parked(self, message: AbstractIncomingMessage) -> None:
+        """A request a worker handed back: it could not reach this gateway's reply queue."""
+        async with message.process(ignore_processed=True):
+            pending = self.pending.get(message.correlation_id or "")
+            if pending is not None and pending.needs_resubmit():
+                self._background(self._resend(pending, "a worker could not reply to it and handed it back"))
+
+    async def _resend(self, pending: Pending, why: str) -> None:
+        """Send a request the broker lost again (inflight.py); its taker resumes it."""
+        _log.warning("gateway %s: resubmitting %s: %s", self.gateway_id, pending.request.request_id, why)
+        if await resubmit(self.pending, pending, self._resubmit):
+            self.counters["resubmitted"] += 1
 
     async def _resubmit(self, pending: Pending) -> None:
         """The worker that takes it asks `resume?` and continues from what the client has."""
@@ -171,6 +189,7 @@ class GatewayLink:
         """Publish to the queue routing chooses (a worker's lane or the shared queue), confirmed."""
         if not self.connected:
             raise BackendUnavailable("the message broker is unreachable; retry later", retry_after=2.0)
+        self._admit(model)
         rid = request.request_id
         pending = Pending(request, model)
         self.pending[rid] = pending  # before the publish: a fast worker may reply first
@@ -207,6 +226,13 @@ class GatewayLink:
                 "the message broker is unreachable; retry later", retry_after=2.0
             ) from exc
         return pending
+
+    def _admit(self, model: str) -> None:
+        """Raise QueueFull when this gateway's share of --max-queue already waits (admission.py)."""
+        if admission.full(
+            self.pending.values(), model, self.max_queue, self.gateways[model], len(self.embeds)
+        ):
+            raise QueueFull(f"the queue for {model} is full; retry later")
 
     async def _fresh_depth(self, model: str) -> int | None:
         """The request queue's depth now; None when it cannot be read (no leader, no connection)."""
@@ -256,6 +282,7 @@ class GatewayLink:
         """Publish an embedding job to the model's queue and wait for a worker's reply."""
         if not self.connected:
             raise BackendUnavailable("the message broker is unreachable; retry later", retry_after=2.0)
+        self._admit(model)
         return await self.embeds.call(self._pub, topology.request_queue(model), self.reply_name, job)
 
     async def cancel(self, request_id: str) -> None:
@@ -293,6 +320,13 @@ class GatewayLink:
 
     async def _on_reply(self, message: AbstractIncomingMessage) -> None:
         try:
+            await self._read_reply(message)
+        finally:
+            with contextlib.suppress(AMQPError, OSError, RuntimeError):
+                await message.ack()
+
+    async def _read_reply(self, message: AbstractIncomingMessage) -> None:
+        try:
             fields = wire.loads(message.body, wire.KINDS)  # parsed once per reply message
             kind = fields["kind"]
             if kind == "resume?":
@@ -323,21 +357,23 @@ class GatewayLink:
             pending.next_seq += 1
             pending.heard = time.monotonic()
             self._deliver(pending, batch.events)
+        elif batch.attempt == pending.attempt and batch.seq > pending.next_seq and pending.needs_resubmit():
+            # The broker lost replies of this copy (a reply queue gone with its node): the copy
+            # that takes it again resumes from what the client has, and the old one is stopped.
+            why = f"replies {pending.next_seq}..{batch.seq - 1} of attempt {batch.attempt} were lost"
+            self._background(self._resend(pending, why))
         else:
             self.counters["duplicates"] += 1  # a late batch of an attempt that was taken over
 
     async def _answer_resume(self, message: AbstractIncomingMessage) -> None:
-        rid = str(wire.loads(message.body, "resume?")["request_id"])
-        pending = self.pending.get(rid)
-        if pending is None or pending.finished:
-            state = wire.ResumeState(rid, 0, 0, gone=True)
-        else:
-            pending.attempt += 1
-            pending.heard = time.monotonic()
+        query = wire.decode_resume_query(message.body)
+        pending = self.pending.get(query.request_id)
+        state, new = resume_answer(pending, query)
+        if new:
             self.counters["resumes"] += 1
-            state = wire.ResumeState(rid, pending.attempt, pending.next_seq, list(pending.sent))
             # A copy of an older attempt may still run (a cut link it never noticed): stop it.
-            self._background(self._publish_cancel(rid, before_attempt=pending.attempt))
+            self._background(self._publish_cancel(query.request_id, before_attempt=state.attempt))
+        rid = query.request_id
         if message.reply_to:
             with contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError):
                 await self._pub.default_exchange.publish(
@@ -371,6 +407,7 @@ class GatewayLink:
                         self._probe = await self._conn.channel()
                     for model in self.models:
                         self.depths[model] = await topology.request_queue_depth(self._probe, model)
+                        self.gateways[model] = max(1, await topology.gateways_connected(self._probe, model))
             await asyncio.sleep(0.5)
 
     async def _expire(self) -> None:

@@ -1,13 +1,19 @@
-"""A gateway's requests in flight, and what becomes of them when its own broker link is lost.
+"""A gateway's requests in flight, and which of them it sends again (only what the broker lost).
 
 `Pending` is one request as the gateway tracks it: what the client has been sent, the attempt the
-gateway expects replies from, and when a worker was last heard about it. When the gateway's
-connection is lost (a broker restart, a node's death, a cut link), its exclusive reply queue goes
-with it. Where the broker restarted or a node died, the workers lost their connections too: the
-broker redelivers the requests and their workers resume them (`resume?`). Where only the gateway's
-link was cut, the workers' replies were unroutable and they ended their copies: nothing would come.
-So, RESUBMIT_AFTER_S after setting up again, the gateway resubmits every request no worker has
-been heard about since; a copy that shows up later is ended by the resume answer's cancel.
+gateway expects replies from, and when a worker was last heard about it. A lost link loses none of
+them by itself: the gateway's reply queue outlives its connection (topology.reply_arguments), so
+workers keep replying into it through a cut link and the gateway reads on where it stopped; a
+broker restart or a node's death returns what workers held to the quorum queue, and the worker
+that takes it again asks `resume?`. A request is sent again (`resubmit`, marked so its taker asks
+`resume?` too) only when the broker really lost it:
+
+- a worker could not reach the gateway's reply queue (gone with its node, or expired) and handed
+  the request back through the gateway's parked queue instead of dropping it;
+- replies of the running copy were lost (a batch arrived past a gap in its sequence): the copy
+  that takes the resubmission asks `resume?`, whose answer stops the old one.
+
+A request still in the quorum queue, or streaming, is never sent again.
 
 A publish the broker nacks is either the queue at its length limit (429) or a quorum queue that
 cannot take it now (no leader while a node is lost: 503, retry): `nack_is_full` tells them apart
@@ -24,11 +30,11 @@ from dataclasses import dataclass, field
 
 from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 
+from outpost.cluster import wire
 from outpost.messages import GenerateRequest, TokenEvent
 
 _log = logging.getLogger("outpost.cluster.gateway")
 
-RESUBMIT_AFTER_S = 3.0  # after a reconnect: long enough for redelivered copies to ask `resume?`
 RESUBMIT_TRIES = 5  # a nack while a quorum queue elects a leader: tried again, 1 s, 2 s, ... apart
 
 
@@ -42,35 +48,55 @@ class Pending:
     sent: list[int] = field(default_factory=list)
     finished: bool = False
     heard: float = field(default_factory=time.monotonic)  # a reply batch or a resume query
+    resubmitted_at: int = -1  # the attempt it was last sent again at (once per attempt)
+    resumed_by: str = ""  # who asked the last `resume?` answered: the same asker gets the same answer
 
-    def silent_since(self, moment: float) -> bool:
-        return not self.finished and self.heard < moment
+    @property
+    def started(self) -> bool:
+        """A worker has replied or asked to resume it: it holds a slot, it no longer waits."""
+        return self.next_seq > 0 or self.attempt > 0
+
+    def needs_resubmit(self) -> bool:
+        """Not yet sent again for its current attempt (a gap and a parked copy may both report it)."""
+        if self.finished or self.resubmitted_at == self.attempt:
+            return False
+        self.resubmitted_at = self.attempt
+        return True
 
 
 Publish = Callable[[Pending], Awaitable[None]]
 
 
-async def resubmit_silent(
-    pending: dict[str, Pending], since: float, publish: Publish, wait_s: float = RESUBMIT_AFTER_S
-) -> int:
-    """After `wait_s`, publish again every request not heard about since `since`; the count sent."""
-    await asyncio.sleep(wait_s)
-    resent = 0
-    for rid, item in list(pending.items()):
-        for tries in range(1, RESUBMIT_TRIES + 1):
-            if pending.get(rid) is not item or not item.silent_since(since):
-                break  # finished, cancelled, or a redelivered copy spoke up meanwhile
-            try:
-                await publish(item)
-                resent += 1
-                break
-            except (PublishError, DeliveryError, TimeoutError, AMQPError, OSError, RuntimeError) as exc:
-                if tries == RESUBMIT_TRIES:
-                    # It ends by its deadline or the outage bound, with a clear error.
-                    _log.warning("could not resubmit %s: %r", rid, exc)
-                else:
-                    await asyncio.sleep(float(tries))
-    return resent
+async def resubmit(pending: dict[str, Pending], item: Pending, publish: Publish) -> bool:
+    """Publish `item` again, trying a nack again (a quorum queue electing a leader); False when it
+    ended meanwhile or could not be sent (then it ends by its deadline or the outage bound)."""
+    rid = item.request.request_id
+    for tries in range(1, RESUBMIT_TRIES + 1):
+        if pending.get(rid) is not item or item.finished:
+            return False
+        try:
+            await publish(item)
+            return True
+        except (PublishError, DeliveryError, TimeoutError, AMQPError, OSError, RuntimeError) as exc:
+            if tries == RESUBMIT_TRIES:
+                _log.warning("could not resubmit %s: %r", rid, exc)
+            else:
+                await asyncio.sleep(float(tries))
+    return False
+
+
+def resume_answer(pending: Pending | None, query: wire.ResumeQuery) -> tuple[wire.ResumeState, bool]:
+    """The answer to a worker's `resume?`, and whether it starts a new attempt. The same asker asking
+    again (its answer was late or lost) gets the same attempt; a request that ended is `gone`."""
+    rid = query.request_id
+    if pending is None or pending.finished:
+        return wire.ResumeState(rid, 0, 0, gone=True), False
+    new = not query.asker or query.asker != pending.resumed_by
+    if new:
+        pending.attempt += 1
+        pending.resumed_by = query.asker
+        pending.heard = time.monotonic()
+    return wire.ResumeState(rid, pending.attempt, pending.next_seq, list(pending.sent)), new
 
 
 def nack_is_full(depth: int | None, limit: int | None) -> bool:

@@ -36,7 +36,7 @@ class ClusterCollector(Collector):
         yield up
         docs = {
             "resumes": "Requests continued from what their client has (a worker died, or a lost link)",
-            "resubmitted": "Requests in flight sent again after the gateway's own broker link was lost",
+            "resubmitted": "Requests sent again because the broker lost them (handed back, or replies lost)",
             "duplicates": "Reply batches dropped as late or repeated",
             "dead_lettered": "Requests the broker gave up on (expired in the queue, or poison)",
             "routed_prefix": "Requests sent to the lane of the worker holding their prompt's prefix",

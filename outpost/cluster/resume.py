@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
+import uuid
 from collections.abc import Callable
 
 import aio_pika
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage
 from aiormq.exceptions import PublishError
 
-from outpost.cluster import wire
+from outpost.cluster import topology, wire
 from outpost.cluster.session import GATEWAY_GRACE_S
 from outpost.messages import GenerateRequest
 
-RESUME_TIMEOUT_S = 10.0
+RESUME_TIMEOUT_S = 10.0  # no answer to any of the repeats: the request goes back to the broker
+RESUME_RETRY_S = 1.0  # asked again this often: answered within about a second of the gateway's return
 
 
 class ResumeUnanswered(Exception):
@@ -59,6 +62,20 @@ def may_have_started(message: AbstractIncomingMessage) -> bool:
     )
 
 
+async def park(exchange: AbstractExchange, body: bytes, rid: str, reply_to: str) -> bool:
+    """Hand a request back to the gateway at `reply_to` through its parked queue (topology.py): its
+    reply queue is not there (gone with its node, or expired), and the gateway sends the request
+    again once it is back. False when that queue is not there either: the gateway is gone for good."""
+    parked = aio_pika.Message(body, correlation_id=rid, delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+    try:
+        await exchange.publish(
+            parked, routing_key=topology.parked_queue(reply_to), mandatory=True, timeout=10
+        )
+    except PublishError:
+        return False
+    return True
+
+
 async def ask_resume(
     exchange: AbstractExchange,
     private_queue: str,
@@ -68,20 +85,30 @@ async def ask_resume(
     since_connected: Callable[[], float],
 ) -> wire.ResumeState | None:
     """What the client of `rid` already has, asked of the gateway at `reply_to`; `answer` is set by
-    whoever reads `private_queue`. None when the gateway is gone (unroutable once this worker has
-    been connected for GATEWAY_GRACE_S: before that its reply queue may still be coming back).
-    Raises ResumeUnanswered when the gateway is there but no answer came."""
-    for _ in range(int(GATEWAY_GRACE_S / 0.5) + 2):  # bounded: grace / retry interval
-        query = aio_pika.Message(wire.encode_resume_query(rid), reply_to=private_queue, correlation_id=rid)
+    whoever reads `private_queue`. None when the gateway cannot be reached (unroutable once this
+    worker has been connected for GATEWAY_GRACE_S: before that its reply queue may still be coming
+    back). The question is asked again every RESUME_RETRY_S until answered (a query the broker took
+    while the gateway was reconnecting may have gone to a reply queue on a dead node): the gateway
+    answers one asker's repeats alike. Raises ResumeUnanswered after RESUME_TIMEOUT_S without one."""
+    asker = uuid.uuid4().hex[:12]
+    query = wire.encode_resume_query(rid, asker)
+    deadline = time.monotonic() + RESUME_TIMEOUT_S
+    unroutable_tries = int(GATEWAY_GRACE_S / 0.5) + 2  # bounded: grace / retry interval
+    while True:
+        message = aio_pika.Message(query, reply_to=private_queue, correlation_id=rid)
         try:
-            await exchange.publish(query, routing_key=reply_to, mandatory=True, timeout=10)
+            await exchange.publish(message, routing_key=reply_to, mandatory=True, timeout=10)
         except PublishError:  # unroutable: gone, unless it may still be reconnecting
-            if since_connected() >= GATEWAY_GRACE_S:
+            unroutable_tries -= 1
+            if since_connected() >= GATEWAY_GRACE_S or unroutable_tries <= 0:
                 return None
             await asyncio.sleep(0.5)
+            deadline = time.monotonic() + RESUME_TIMEOUT_S  # asked of a gateway that is there
             continue
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ResumeUnanswered(rid)
         try:
-            return await asyncio.wait_for(answer, RESUME_TIMEOUT_S)
-        except TimeoutError as exc:
-            raise ResumeUnanswered(rid) from exc
-    return None
+            return await asyncio.wait_for(asyncio.shield(answer), min(RESUME_RETRY_S, left))
+        except TimeoutError:
+            continue

@@ -64,6 +64,14 @@ class Runs:
         self.cancels = cancels
         self.since_connected = since_connected  # seconds since the worker's last (re)connect
         self.running: dict[str, EventStream] = {}
+        self._orphaned: set[str] = set()  # ended because their gateway's reply queue was not there
+
+    def take_orphaned(self, rid: str) -> bool:
+        """Whether `rid` ended because its gateway could not be reached (once)."""
+        if rid in self._orphaned:
+            self._orphaned.discard(rid)
+            return True
+        return False
 
     async def end_stale_copy(self, rid: str) -> None:
         """A redelivery after our own channel broke: the copy still running here is doomed, end it."""
@@ -105,8 +113,11 @@ class Runs:
                     if await self._send_or_gone(send, wire.ReplyBatch(rid, attempt, seq, batch)):
                         seq += 1
                     else:
-                        _log.warning("worker %s: gateway of %s is gone; aborting it", self.worker_id, rid)
+                        _log.warning(
+                            "worker %s: the gateway of %s cannot be reached; stopping it", self.worker_id, rid
+                        )
                         gateway_gone = True
+                        self._orphaned.add(rid)
                         if not batch[-1].finished:
                             await self.backend.abort(rid)
             return batch[-1]

@@ -20,7 +20,15 @@ every message in it has long expired into the shared queue.
 
 Fanout exchanges: `outpost.control` (cancels; every worker binds a private queue) and
 `outpost.status` (worker heartbeats; every gateway binds a private queue). Each gateway has its
-own classic exclusive auto-delete reply queue `outpost.reply.<gateway id>`.
+own classic reply queue `outpost.reply.<gateway id>`: not exclusive, so it outlives the gateway's
+connection for REPLY_EXPIRY_MS (a cut link: workers keep replying into it and the gateway reads on
+when it is back; the cost: a killed gateway's requests run that long before they stop), and transient, so
+the nodes left after its node's death let the gateway declare it again (RabbitMQ 4.x lists
+transient non-exclusive queues as a deprecated feature, still permitted by default). Beside it a
+quorum queue `outpost.parked.<gateway id>`: a request a worker could not reply to (the reply queue
+was gone) is handed back there rather than dropped, and the gateway sends it again when it is back.
+Per model, a presence quorum queue `outpost.gateways.<model>` that every gateway of the model
+consumes and nothing is published to: its consumer count is how many share the queue bound.
 
 Replication: on a RabbitMQ cluster every quorum queue (request queues, lanes, `outpost.dead`) is
 declared with `x-quorum-initial-group-size` (`quorum_size`: by default the number of broker
@@ -154,8 +162,54 @@ async def request_queue_depth(channel: AbstractChannel, model: str) -> int:
     return int(queue.declaration_result.message_count or 0)
 
 
+GATEWAYS_EXPIRY_MS = 3_600_000  # a model no gateway has served for an hour: its presence queue goes
+
+
+def gateways_queue(model: str) -> str:
+    return f"outpost.gateways.{model}"
+
+
+async def declare_gateways_queue(
+    conn: AbstractConnection, channel: AbstractChannel, model: str, quorum: int | None = None
+) -> AbstractQueue:
+    """A model's presence queue: every gateway of the model consumes it (nothing is ever published
+    to it), so its consumer count is the number of gateways serving the model (a quorum queue:
+    the count survives a node's death)."""
+    arguments = {**quorum_arguments(quorum), "x-expires": GATEWAYS_EXPIRY_MS}
+    return await declare_shared(conn, channel, gateways_queue(model), arguments)
+
+
+async def gateways_connected(channel: AbstractChannel, model: str) -> int:
+    """Gateways serving `model` now (its presence queue's consumers)."""
+    queue = await channel.declare_queue(gateways_queue(model), passive=True)
+    return int(queue.declaration_result.consumer_count or 0)
+
+
 def reply_queue(gateway_id: str) -> str:
     return f"outpost.reply.{gateway_id}"
+
+
+# A gateway's reply queue outlives its connection this long: a cut link up to about this long
+# (counted from when the broker drops the silent connection, 4 s in) loses no reply and hands
+# nothing over; longer, the broker lost what was in it and the gateway resends (inflight.py). A
+# killed gateway's requests run on the workers this long before their replies become unroutable.
+REPLY_EXPIRY_MS = 20_000
+PARKED_EXPIRY_MS = 120_000  # a parked request waits this long for its gateway to come back
+
+
+def reply_arguments() -> dict[str, Any]:
+    return {"x-expires": REPLY_EXPIRY_MS}
+
+
+def parked_queue(reply_to: str) -> str:
+    """The parked queue beside the reply queue `reply_to` (outpost.reply.X -> outpost.parked.X)."""
+    return "outpost.parked." + reply_to.removeprefix("outpost.reply.")
+
+
+async def declare_parked(channel: AbstractChannel, reply_to: str, quorum: int | None = None) -> AbstractQueue:
+    """The parked queue beside `reply_to` (declared by its gateway alone: its arguments never vary)."""
+    arguments = {**quorum_arguments(quorum), "x-expires": PARKED_EXPIRY_MS}
+    return await channel.declare_queue(parked_queue(reply_to), durable=True, arguments=arguments)
 
 
 def request_queue_arguments(quorum: int | None = None) -> dict[str, Any]:

@@ -307,8 +307,26 @@ def decode_bundle(body: bytes | dict[str, Any]) -> list[ReplyBatch]:
 # -- control ----------------------------------------------------------------------------------
 
 
-def encode_resume_query(request_id: str) -> bytes:
-    return dumps({"kind": "resume?", "request_id": request_id})
+@dataclass
+class ResumeQuery:
+    """A worker's `resume?`: `asker` names this one question (a copy asking again, because the
+    answer is late or was lost, gets the same answer rather than a new attempt); empty from
+    senders of earlier v1."""
+
+    request_id: str
+    asker: str = ""
+
+
+def encode_resume_query(request_id: str, asker: str = "") -> bytes:
+    return dumps({"kind": "resume?", "request_id": request_id, **({"asker": asker} if asker else {})})
+
+
+def decode_resume_query(body: bytes) -> ResumeQuery:
+    d = loads(body, "resume?")
+    rid, asker = d.get("request_id"), d.get("asker", "")
+    if not isinstance(rid, str) or not isinstance(asker, str):
+        raise WireError("malformed resume? message: request_id and asker must be strings")
+    return ResumeQuery(rid, asker)
 
 
 def encode_resume(state: ResumeState) -> bytes:

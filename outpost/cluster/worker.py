@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import aio_pika
 from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
-from aiormq.exceptions import AMQPError, PublishError
+from aiormq.exceptions import AMQPError, ChannelInvalidStateError, PublishError
 
 from outpost import tracing
 from outpost.backend import InferenceBackend
@@ -50,7 +50,7 @@ from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat, template_hash
 from outpost.cluster.intake import LANE, SHARED, Intake
 from outpost.cluster.outbox import Outboxes
 from outpost.cluster.prefix import BLOCK, PrefixIndex
-from outpost.cluster.resume import ResumeUnanswered, ask_resume, continued, may_have_started
+from outpost.cluster.resume import ResumeUnanswered, ask_resume, continued, may_have_started, park
 from outpost.cluster.runs import Runs, final_without_running
 from outpost.cluster.session import BrokerSession, survive_connection_loss
 from outpost.messages import TokenEvent
@@ -61,6 +61,11 @@ if TYPE_CHECKING:
 _log = logging.getLogger("outpost.cluster.worker")
 
 LOST_DRAIN_S = 30.0  # the requests of a lost connection end within an engine step of their abort
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def default_worker_id() -> str:
@@ -263,6 +268,11 @@ class Worker:
         self.max_held = max(self.max_held, self._held)
         try:
             await self._serve(message)
+        except (AMQPError, ConnectionError, ChannelInvalidStateError, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and _cancelling():
+                raise
+            # The connection went under it: the broker gives the request again (session.py).
+            _log.warning("worker %s: lost the broker while serving a request (%r)", self.worker_id, exc)
         except ResumeUnanswered as exc:
             _log.warning(
                 "worker %s: no resume answer for %s; returning it to the broker", self.worker_id, exc
@@ -301,9 +311,15 @@ class Worker:
             return
         if resumes:
             state = await self._ask_resume(rid, reply_to)
-            if state is None or state.gone:
+            if state is None:
+                await self._park(message, rid, reply_to)
+                return
+            if state.gone:
                 _log.warning(
-                    "worker %s: dropping redelivered %s: its gateway or client is gone", self.worker_id, rid
+                    "worker %s: dropping redelivered %s: its gateway has it no more (finished, or its "
+                    "client left)",
+                    self.worker_id,
+                    rid,
                 )
                 await message.ack()
                 return
@@ -318,6 +334,9 @@ class Worker:
             with self._outboxes.open(reply_to) as box:
                 send = box.send if wire.reads_bundles(fields) else functools.partial(self._reply, reply_to)
                 final = await self._runs.generate(request, send, attempt, seq)
+            if self._runs.take_orphaned(rid):
+                await self._park(message, rid, reply_to)
+                return
             self._note_prefill(final)
             parent = tracing.extract(message.headers)
             if self.tracer is not None and parent is not None and final.timings is not None:
@@ -345,6 +364,17 @@ class Worker:
             )
         finally:
             self._resumes.pop(rid, None)
+
+    async def _park(self, message: AbstractIncomingMessage, rid: str, reply_to: str) -> None:
+        """Hand back a request whose gateway cannot be reached (resume.park), then let it go here."""
+        parked = await park(self._pub.default_exchange, message.body, rid, reply_to)
+        if parked:
+            _log.warning(
+                "worker %s: %s handed back to its gateway, which cannot be reached", self.worker_id, rid
+            )
+        else:
+            _log.warning("worker %s: dropping %s: its gateway is gone", self.worker_id, rid)
+        await message.ack()
 
     async def _reply(self, reply_to: str, batch: wire.ReplyBatch) -> None:
         await self._publish_reply(reply_to, wire.encode_batch(batch), batch.request_id)

@@ -419,7 +419,7 @@ def test_gateway_sigkill_frees_the_workers_slots(
             future = pool.submit(_stream, other, 1000, started)
             assert started.wait(120)
             gateway.wait_until(lambda h: _busy(h) == 1, "the stream's slot busy", 30)
-            other.proc.kill()  # its reply queue goes with its connection: replies become unroutable
+            other.proc.kill()  # its reply queue expires 20 s later: replies become unroutable
             gateway.wait_until(lambda h: _busy(h) == 0, "the slot freed after the gateway died", 30)
             with contextlib.suppress(Exception):
                 future.result(timeout=30)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import re
 import shutil
 import sys
 import threading
@@ -221,8 +220,15 @@ def test_a_workers_link_cut_for_15_s_loses_no_token(fleet: Fleet, net: Net) -> N
 
 
 def test_a_gateways_link_cut_for_15_s_loses_no_token(fleet: Fleet, net: Net) -> None:
+    before = fleet.wait_until(lambda h: h.get("broker") == "connected", "connected")
     detected = _cut_with_streams_in_flight(fleet, net.gateway_link, fleet.gateway)
     assert detected <= DETECT_S + 1.0, detected
     health = fleet.wait_until(lambda h: h.get("broker") == "connected" and len(live(h)) == 1, "reconnected")
-    assert health.get("resumes", 0) >= 1 or re.search(r"resum", fleet.gateway.stderr()), health
-    assert re.search(r"resubmitted \d+ requests", fleet.gateway.stderr()), fleet.gateway.stderr()[-2000:]
+    # Its reply queue outlived the cut: the worker replied into it all along and the gateway read on
+    # where it stopped. Nothing was lost, so nothing was sent again and no stream changed worker.
+    assert (health["resumes"], health["resubmitted"]) == (before["resumes"], before["resubmitted"]), (
+        [line for line in fleet.gateway.stderr().splitlines() if "outpost.cluster" in line][-20:],
+        fleet.worker.stderr()[-2000:],
+    )
+    assert "resubmitting" not in fleet.gateway.stderr(), fleet.gateway.stderr()[-2000:]
+    assert "cannot be reached" not in fleet.worker.stderr(), fleet.worker.stderr()[-2000:]

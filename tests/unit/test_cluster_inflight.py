@@ -1,44 +1,34 @@
-"""A gateway's requests in flight after its own link was lost: only the ones no worker speaks of
-again are resubmitted (a nack is tried again), and a nack is told apart: full queue or no leader."""
+"""A gateway's requests in flight: one is sent again at most once per attempt (a nack is tried
+again, one that ended meanwhile is not), and a nack is told apart: full queue or no leader."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 
 from aiormq.exceptions import DeliveryError
 
-from outpost.cluster.inflight import Pending, nack_is_full, resubmit_silent
+from outpost.cluster import wire
+from outpost.cluster.inflight import Pending, nack_is_full, resubmit, resume_answer
 from outpost.messages import GenerateRequest
 
 
-def _pending(rid: str, heard: float) -> Pending:
-    return Pending(GenerateRequest(prompt_tokens=[1, 2], max_tokens=4, request_id=rid), "m", heard=heard)
+def _pending(rid: str) -> Pending:
+    return Pending(GenerateRequest(prompt_tokens=[1, 2], max_tokens=4, request_id=rid), "m")
 
 
-def test_only_requests_nobody_spoke_of_since_the_reconnect_are_resubmitted() -> None:
-    since = time.monotonic()
-    silent, spoken, done = _pending("a", since - 5), _pending("b", since - 5), _pending("c", since - 5)
-    done.finished = True
-    pending = {p.request.request_id: p for p in (silent, spoken, done)}
-    sent: list[str] = []
-
-    async def publish(p: Pending) -> None:
-        sent.append(p.request.request_id)
-
-    async def scenario() -> int:
-        job = asyncio.ensure_future(resubmit_silent(pending, since, publish, wait_s=0.05))
-        spoken.heard = time.monotonic()  # a redelivered copy asked `resume?` during the wait
-        return await job
-
-    assert asyncio.run(scenario()) == 1
-    assert sent == ["a"]
+def test_a_request_is_resubmitted_once_per_attempt() -> None:
+    item = _pending("a")
+    assert item.needs_resubmit()
+    assert not item.needs_resubmit()  # a parked copy and a sequence gap both report it: sent once
+    item.attempt += 1  # the resubmitted copy was resumed; its replies may be lost in turn
+    assert item.needs_resubmit()
+    item.finished = True
+    item.attempt += 1
+    assert not item.needs_resubmit()
 
 
 def test_a_nacked_resubmission_is_tried_again_and_a_finished_one_is_not() -> None:
-    since = time.monotonic()
-    item = _pending("a", since - 1)
-    other = _pending("b", since - 1)
+    item, other = _pending("a"), _pending("b")
     pending = {"a": item, "b": other}
     tries: list[str] = []
 
@@ -50,7 +40,10 @@ def test_a_nacked_resubmission_is_tried_again_and_a_finished_one_is_not() -> Non
             other.finished = True  # ended meanwhile (its deadline): not sent again
             raise DeliveryError(None, None)
 
-    assert asyncio.run(resubmit_silent(pending, since, publish, wait_s=0)) == 1
+    async def both() -> list[bool]:
+        return [await resubmit(pending, item, publish), await resubmit(pending, other, publish)]
+
+    assert asyncio.run(both()) == [True, False]
     assert tries == ["a", "a", "b"]
 
 
@@ -60,3 +53,19 @@ def test_a_nack_is_a_full_queue_only_at_its_limit() -> None:
     assert not nack_is_full(None, 100)  # the depth could not be read either: unavailable
     assert not nack_is_full(100, None)  # no length policy in force: never "full"
     assert nack_is_full(0, 1)
+
+
+def test_a_resume_question_asked_again_gets_the_same_answer() -> None:
+    item = _pending("a")
+    item.sent, item.next_seq = [7, 8], 2
+    first, new = resume_answer(item, wire.ResumeQuery("a", "w1"))
+    assert new and (first.attempt, first.seq, first.token_ids) == (1, 2, [7, 8])
+    again, new = resume_answer(item, wire.ResumeQuery("a", "w1"))  # its first answer was lost
+    assert not new and again == first
+    other, new = resume_answer(item, wire.ResumeQuery("a", "w2"))  # another copy: a new attempt
+    assert new and other.attempt == 2
+    old, new = resume_answer(item, wire.ResumeQuery("a"))  # an earlier v1 worker names no asker
+    assert new and old.attempt == 3
+    item.finished = True
+    assert resume_answer(item, wire.ResumeQuery("a", "w3")) == (wire.ResumeState("a", 0, 0, gone=True), False)
+    assert resume_answer(None, wire.ResumeQuery("b", "w3"))[0].gone

@@ -298,3 +298,10 @@ def test_a_resubmitted_request_says_so_and_decodes_the_same() -> None:
         request.max_tokens,
         request.n_resumed,
     )
+
+
+def test_a_resume_question_names_its_asker_and_reads_without_one() -> None:
+    assert wire.decode_resume_query(wire.encode_resume_query("r1", "w-7")) == wire.ResumeQuery("r1", "w-7")
+    assert wire.decode_resume_query(wire.encode_resume_query("r1")) == wire.ResumeQuery("r1", "")
+    with pytest.raises(wire.WireError):
+        wire.decode_resume_query(wire.dumps({"kind": "resume?", "request_id": 5}))

@@ -1,0 +1,44 @@
+"""The queue bound counted by the gateways, over a real broker: each learns from the broker how many
+gateways there are, and admits its share of `--max-queue` (no worker: every request waits)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+from test_cluster_broker import request, run, until
+
+from outpost.cluster.gateway import GatewayLink
+from outpost.messages import QueueFull
+
+pytestmark = pytest.mark.cluster
+
+
+def test_two_gateways_each_admit_half_of_the_bound(rabbitmq: Any) -> None:
+    model = "test-" + uuid.uuid4().hex[:8]
+
+    async def main() -> None:
+        links = [GatewayLink(rabbitmq.url, [model], max_queue=6) for _ in range(2)]
+        for link in links:
+            await link.start()
+        try:
+            await until(lambda: all(link.gateways[model] == 2 for link in links), "both gateways counted")
+            other = GatewayLink(rabbitmq.url, ["test-" + uuid.uuid4().hex[:8]], max_queue=6)
+            await other.start()  # a gateway of another model: not counted
+            await asyncio.sleep(1.5)  # three depth polls
+            await other.close()
+            for link in links:
+                assert link.gateways[model] == 2
+                share = 3
+                for _ in range(share):
+                    await link.submit(model, request())
+                with pytest.raises(QueueFull):
+                    await link.submit(model, request())
+                assert len(link.pending) == share
+        finally:
+            for link in links:
+                await link.close()
+
+    run(main())
