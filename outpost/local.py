@@ -125,7 +125,8 @@ class LocalBackend:
             serving += f"; {self.engine.spec_costs.describe()}"
         if self.engine.kernels is not None:
             serving += f"; auto kernels: {self.engine.kernels.describe()}"
-        return {**model.describe(), "serving": serving}
+        facts = model.describe()
+        return {**facts, "serving": f"{serving}; {facts['cpu_build']}"}
 
     async def embed(self, texts: Sequence[EmbedInput]) -> tuple[list[list[float]], int]:
         embedder = await self._load_embedder()
