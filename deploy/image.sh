@@ -78,14 +78,14 @@ build_base() {
 }
 
 # Everything the container installs, in build/image/ARCH (the build context lets only that in):
-# cpu-builds/<name>/ (llama.cpp's libraries), wheels/deps (ARCH's wheels of the dependencies, with pip),
-# wheels/outpost (Outpost and llama-cpp-python's bindings without libraries: both pure Python).
+# cpu-builds/<name>/ (llama.cpp's libraries), wheels/deps (ARCH's wheels of the dependencies and pip,
+# llama-cpp-python's bindings without libraries among them), wheels/outpost (Outpost's wheel).
 stage_context() {
   local ctx=$ROOT/build/image/$arch reqs key wheels platforms minor
   mkdir -p "$ctx/wheels"
   deploy/cpu-builds.sh "$arch" "$ctx/cpu-builds"
   for b in "$ctx"/cpu-builds/*/; do echo "$(basename "$b"): $(cat "$b/CMAKE_ARGS")"; done >"$ctx/LLAMA_CPP_CMAKE_ARGS"
-  reqs=$(python3 -c 'import tomllib; print("\n".join(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"] if not d.startswith("llama-cpp-python")))')
+  reqs=$(python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))')
   key=$(printf '%s\n' "$reqs" "$arch" | sha256sum | cut -c1-16)
   wheels=$CACHE/wheels/$arch-$key
   if [ ! -f "$wheels/.complete" ]; then
@@ -95,28 +95,26 @@ stage_context() {
     # bookworm's glibc is 2.36; pip takes each manylinux tag it may use, none implied by another.
     platforms=(--platform "manylinux2014_$pyplat")
     for minor in $(seq 17 36); do platforms+=(--platform "manylinux_2_${minor}_$pyplat"); done
+    bindings_wheel "$CACHE/wheels/bindings"  # llama-cpp-python's, found there: PyPI has only its sdist
     python3 -m pip download -q --only-binary=:all: "${platforms[@]}" --python-version 3.11 \
-      --implementation cp --abi cp311 -d "$wheels" -r "$wheels/requirements.txt" "pip>=24" >&2
+      --implementation cp --abi cp311 --find-links "$CACHE/wheels/bindings" \
+      -d "$wheels" -r "$wheels/requirements.txt" "pip>=24" >&2
     touch "$wheels/.complete"
   fi
   rm -rf "$ctx/wheels/deps" && cp -a "$wheels" "$ctx/wheels/deps" && rm -f "$ctx/wheels/deps/.complete"
   rm -rf "$ctx/wheels/outpost" && mkdir -p "$ctx/wheels/outpost"
-  bindings_wheel "$ctx/wheels/outpost"
   python3 -m pip wheel -q --no-deps -w "$ctx/wheels/outpost" . >&2
 }
 
-# llama-cpp-python's Python package alone (LLAMA_BUILD=OFF: no library; cpu-builds/ has those), cached.
+# llama-cpp-python's Python package alone (LLAMA_BUILD=OFF: no library; cpu-builds/ has those) in $1.
 bindings_wheel() {
-  local llama_version src whl
+  local llama_version src
   llama_version=$(python3 -c 'import tomllib; print(next(d.split("==")[1] for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"] if d.startswith("llama-cpp-python==")))')
   src=$CACHE/src/llama_cpp_python-$llama_version.tar.gz
-  whl=$CACHE/wheels/llama_cpp_python-$llama_version-py3-none-any.whl
-  if [ ! -s "$whl" ]; then
-    [ -s "$src" ] || python3 -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$llama_version" -d "$CACHE/src" >&2
-    CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" python3 -m pip wheel -q --no-deps \
-      --config-settings=wheel.platlib=false -w "$CACHE/wheels" "$src" >&2
-  fi
-  cp "$whl" "$1/"
+  [ -s "$1/llama_cpp_python-$llama_version-py3-none-any.whl" ] && return 0
+  [ -s "$src" ] || python3 -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$llama_version" -d "$CACHE/src" >&2
+  CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" python3 -m pip wheel -q --no-deps \
+    --config-settings=wheel.platlib=false -w "$1" "$src" >&2
 }
 
 ensure_binfmt

@@ -157,3 +157,25 @@ def test_the_image_script_compiles_exactly_these_builds() -> None:
     assert set(re.findall(r'"((?:amd64|arm64)-[a-z0-9-]+)\|', script)) == set(BUILDS)
     # Graviton2 must never get an instruction past armv8.2-a + dotprod + fp16.
     assert '"arm64-n1|-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16"' in script
+
+
+# AT_HWCAP, AT_HWCAP2 as qemu-aarch64 7.2 (Debian 12) reports them to a static aarch64 program for
+# QEMU_CPU=neoverse-n1, max (SVE, i8mm, bf16, SVE2...), cortex-a72 (armv8.0) and a64fx (SVE, no dotprod).
+@pytest.mark.parametrize(
+    ("qemu_cpu", "hwcap", "hwcap2", "expected"),
+    [
+        ("neoverse-n1", 0x119FFB, 0, "arm64-n1"),
+        ("max", 0xECFFFFFB, 0x7F877FFF, "arm64-sve-i8mm"),
+        ("cortex-a72", 0x8FB, 0, None),
+        ("a64fx", 0x415FFB, 0, None),
+    ],
+)
+def test_qemu_cpus_as_the_deploy_tier_runs_them(
+    qemu_cpu: str, hwcap: int, hwcap2: int, expected: str | None
+) -> None:
+    features = cpu_builds._hwcaps(hwcap, hwcap2)
+    if expected is None:
+        with pytest.raises(CpuBuildError, match=r"not arm64-n1: no .*asimddp"):
+            choose(features, ARM)
+    else:
+        assert choose(features, ARM).name == expected
