@@ -60,7 +60,7 @@ base_image() {
 
 # Debian bookworm, minbase without docs/man/locales as Docker's -slim images are, imported as $1.
 build_base() {
-  local tarball=$CACHE/base/bookworm-$arch.tar
+  local tarball=$CACHE/base/bookworm-$arch.tar platform
   command -v mmdebstrap >/dev/null || { echo "image: mmdebstrap is missing: make deploy-deps" >&2; exit 2; }
   if [ ! -s "$tarball" ]; then
     echo "image: $1 is not here: building it with mmdebstrap --arch $arch" >&2
@@ -73,7 +73,8 @@ build_base() {
       "deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main" "deb $SECURITY bookworm-security main"
     mv "${tarball%.tar}.tmp.tar" "$tarball"  # mmdebstrap picks its output format by the name: .tar
   fi
-  "$engine" import --change 'CMD ["bash"]' "$tarball" "$1" >&2
+  if [ "$engine" = podman ]; then platform=(--arch "$arch"); else platform=(--platform "linux/$arch"); fi
+  "$engine" import "${platform[@]}" --change 'CMD ["bash"]' "$tarball" "$1" >&2
   if [ "$engine" = podman ] && [ "$1" = debian:bookworm-slim ]; then podman tag "$1" "docker.io/library/$1"; fi
 }
 

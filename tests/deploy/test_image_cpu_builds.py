@@ -33,7 +33,8 @@ FRANCE = {
     "max_tokens": 8,  # "The capital of France is Paris." is 7 tokens
     "temperature": 0,
 }
-# qemu-user: SmolLM2-135M loads and answers in minutes, not seconds, on a loaded 2-core machine.
+# qemu-user: SmolLM2-135M loads and answers in minutes, not seconds, on a loaded 2-core machine (SVE is
+# emulated slowest: 36 s to /ping, 269 s for the 8 tokens measured with a load average of 9).
 EMULATED_LIMIT_S = 1500
 
 
@@ -112,6 +113,7 @@ def _ready_build(logs: str) -> str:
     return found.group(1)
 
 
+@pytest.mark.timeout(2 * EMULATED_LIMIT_S)  # measured: 5 min for SVE+i8mm on a loaded 2-core machine
 @pytest.mark.parametrize(
     ("qemu_cpu", "build"),
     [("neoverse-n1", "arm64-n1"), ("max,sve-default-vector-length=32", "arm64-sve-i8mm")],
