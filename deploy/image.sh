@@ -104,7 +104,8 @@ stage_context() {
   fi
   rm -rf "$ctx/wheels/deps" && cp -a "$wheels" "$ctx/wheels/deps" && rm -f "$ctx/wheels/deps/.complete"
   rm -rf "$ctx/wheels/outpost" && mkdir -p "$ctx/wheels/outpost"
-  python3 -m pip wheel -q --no-deps -w "$ctx/wheels/outpost" . >&2
+  # A fixed zip timestamp: the same code gives the same wheel, so podman's layer cache holds.
+  SOURCE_DATE_EPOCH=315532800 python3 -m pip wheel -q --no-deps -w "$ctx/wheels/outpost" . >&2
 }
 
 # llama-cpp-python's Python package alone (LLAMA_BUILD=OFF: no library; cpu-builds/ has those) in $1.
