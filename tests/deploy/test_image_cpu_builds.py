@@ -10,6 +10,7 @@ otherwise this module builds it with deploy/image.sh.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -130,6 +131,20 @@ def test_arm64_image_under_qemu_picks_the_build_and_answers(
         started = time.monotonic()
         _answers_paris(url, timeout=EMULATED_LIMIT_S)
         FIGURES[f"arm64 {build} under qemu: the 8-token answer"] = f"{time.monotonic() - started:.0f} s"
+
+
+def test_arm64_image_is_the_same_contract(arm64_image: str) -> None:
+    """SageMaker's config as the amd64 image's, uid 10001, and every role through the entrypoint."""
+    info = json.loads(podman("image", "inspect", arm64_image).stdout)[0]
+    cfg = info["Config"]
+    assert info["Architecture"] == "arm64" and cfg["User"] == "10001:10001"
+    assert cfg["Entrypoint"] == ["outpost"] and cfg["Cmd"] == ["serve"] and cfg["StopSignal"] == "SIGTERM"
+    assert "/ping" in (info.get("Healthcheck") or cfg["Healthcheck"])["Test"][-1]
+    uid = podman("run", "--rm", "--entrypoint", "id", arm64_image, "-u").stdout.strip()
+    assert uid == "10001"
+    for role in ("gateway", "worker"):
+        out = podman("run", "--rm", arm64_image, role, "--help", check=False, timeout=600)
+        assert out.returncode == 0 and "--broker" in out.stdout, out.stderr[-2000:]
 
 
 def test_arm64_override_that_would_sigill_is_refused(arm64_image: str) -> None:
