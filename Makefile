@@ -1,7 +1,8 @@
 # Outpost's front doors: `make serve` (install, then the OpenAI-compatible server on the demo model,
 # http://127.0.0.1:8080), `make test` (install, then ruff + mypy + pytest) and `make run` (answer one
 # prompt in the terminal). All create .venv themselves. `make image` builds the container image
-# (deploy/Dockerfile) and `make test-deploy` builds and tests it (podman; installs what it needs).
+# (deploy/Dockerfile; `make image ARCH=arm64` the arm64 one, on any host) and `make test-deploy` builds
+# the host's and the arm64 image and tests them (podman, qemu-user; installs what it needs).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -49,8 +50,11 @@ browser:
 test: lint typecheck system-deps browser
 	$(BIN)/pytest tests
 
-# Debian packages the image build and the deploy tier need (root; once per machine).
-DEPLOY_PKGS := podman runc uidmap fuse-overlayfs slirp4netns mmdebstrap systemd
+# Debian packages the image build and the deploy tier need (root; once per machine): podman, mmdebstrap,
+# the compilers of llama.cpp's CPU builds (crossbuild-essential-arm64 for arm64 on x86), qemu-user to
+# run arm64 (image.sh registers it with binfmt_misc).
+DEPLOY_PKGS := podman runc uidmap fuse-overlayfs slirp4netns mmdebstrap systemd \
+	build-essential cmake ninja-build python3-pip crossbuild-essential-arm64 qemu-user-static binfmt-support
 deploy-deps:
 	@missing=$$(for p in $(DEPLOY_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -58,13 +62,16 @@ deploy-deps:
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
 	fi
 
-# outpost:VERSION for this machine's arch; its NAME:TAG is the last line printed.
+# outpost:VERSION for this machine's arch, or outpost:VERSION-arm64 with ARCH=arm64 (amd64|arm64);
+# its NAME:TAG is the last line printed.
+ARCH ?=
 image: deploy-deps
-	deploy/image.sh
+	ARCH=$(ARCH) deploy/image.sh
 
 test-deploy: install deploy-deps
 	$(BIN)/python -m pip install -q -e ".[dev,deploy]"
 	OUTPOST_TEST_IMAGE=$$(deploy/image.sh | tail -n 1) && export OUTPOST_TEST_IMAGE && \
+	OUTPOST_TEST_IMAGE_ARM64=$$(ARCH=arm64 deploy/image.sh | tail -n 1) && export OUTPOST_TEST_IMAGE_ARM64 && \
 		$(BIN)/pytest -m deploy tests/deploy -p no:cacheprovider
 
 clean:

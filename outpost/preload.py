@@ -14,4 +14,9 @@ import sys
 from outpost.envflags import MODEL_COMMANDS, subcommand
 
 if subcommand(sys.argv[1:]) in MODEL_COMMANDS:
-    import outpost.engine.lib  # noqa: F401  (loads libllama and ggml)
+    from outpost.engine.cpu_builds import CpuBuildError
+
+    try:
+        import outpost.engine.lib  # noqa: F401  (chooses the CPU build, loads libllama and ggml)
+    except CpuBuildError as e:  # OUTPOST_CPU_BUILD names a build that is absent or would SIGILL
+        sys.exit(f"outpost: {e}")

@@ -20,6 +20,7 @@ import functools
 import json
 import logging
 import os
+import platform
 import subprocess
 import sys
 from importlib.metadata import version
@@ -44,8 +45,9 @@ def _cpuinfo() -> str:
 
 
 def cpu_has_amx() -> bool:
-    """True on Intel CPUs that advertise AMX tiles (Sapphire Rapids and later)."""
-    return " amx_int8" in _cpuinfo()
+    """True on Intel CPUs that advertise AMX tiles (Sapphire Rapids and later). x86-64 only: under
+    qemu-user an arm64 process reads the x86 host's /proc/cpuinfo."""
+    return platform.machine() in ("x86_64", "AMD64") and " amx_int8" in _cpuinfo()
 
 
 def _machine_key() -> str:

@@ -79,12 +79,10 @@ class _Registry:
 def list_devices(lib: Any = None) -> list[Device]:
     """Every device of the llama.cpp build Outpost loaded (`lib`: another library, for tests)."""
     if lib is None:
-        from llama_cpp import llama_cpp as bindings
-
-        from outpost.engine.lib import ensure_backend
+        from outpost.engine.lib import ensure_backend, llama  # lib.py chooses the build first
 
         ensure_backend()
-        lib = bindings._lib
+        lib = llama.llama_cpp._lib
     return _Registry(lib).devices()
 
 

@@ -3,6 +3,7 @@
 llama.cpp prints every load detail to stderr by default; Outpost keeps a CLI's stderr for progress
 and timings, so the log goes to Python's `logging` (logger "outpost.llama") at DEBUG unless a
 caller temporarily installs its own line handler (the quantizer reads per-tensor lines that way).
+Which llama.cpp build the bindings load is chosen first (cpu_builds.py), as they read it at import.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 
-import llama_cpp as llama
+from outpost.engine import cpu_builds
 
-__all__ = ["capture_log_lines", "ensure_backend", "llama", "recent_problems"]
+CPU_BUILD = cpu_builds.apply()
+
+import llama_cpp as llama  # noqa: E402  (after the choice: the bindings read LLAMA_CPP_LIB_PATH at import)
+
+__all__ = ["CPU_BUILD", "capture_log_lines", "ensure_backend", "llama", "recent_problems"]
 
 _log = logging.getLogger("outpost.llama")
 _init_lock = threading.Lock()

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from outpost.engine.codec import LlamaCodec, read_metadata
 from outpost.engine.config import EngineConfig
-from outpost.engine.lib import ensure_backend, llama, recent_problems
+from outpost.engine.lib import CPU_BUILD, ensure_backend, llama, recent_problems
 from outpost.engine.logits import logits_row
 from outpost.engine.repack_overrides import RepackOverrides
 from outpost.engine.vocab import Vocab
@@ -145,6 +145,7 @@ class LoadedModel:
             "architecture": self.metadata("general.architecture"),
             "name": self.metadata("general.name"),
             "model_path": self.config.model_path,
+            "cpu_build": CPU_BUILD.describe(),
         }
 
     def close(self) -> None:

@@ -52,7 +52,11 @@ def repackable_tensor_patterns(model_path: str) -> list[str]:
 
 def _cpu_repack_buffer_type() -> int:
     """CPU_REPACK's buffer type, from the CPU backend's list of extra buffer types."""
-    from llama_cpp._ggml import libggml  # the loaded ggml of the pinned llama-cpp-python
+    from outpost.engine.lib import llama
+
+    # Through libllama's handle, which reaches the libggml it links: `llama_cpp._ggml` would open the
+    # wheel's own copy, another library where LLAMA_CPP_LIB_PATH chose a build (cpu_builds.py).
+    libggml = llama.llama_cpp._lib
 
     libggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
     libggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]

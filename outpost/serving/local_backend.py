@@ -126,7 +126,8 @@ class LocalBackend:
         if self.engine.kernels is not None:
             serving += f"; auto kernels: {self.engine.kernels.describe()}"
         serving += f"; {self.engine.runner.describe_sampling()}"
-        return {**model.describe(), "serving": serving}
+        facts = model.describe()
+        return {**facts, "serving": f"{serving}; {facts['cpu_build']}"}
 
     async def embed(self, texts: Sequence[EmbedInput]) -> tuple[list[list[float]], int]:
         embedder = await self._load_embedder()

@@ -111,3 +111,11 @@ def test_run_and_serve_flags_reach_the_engine_config(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_info:
         parser.parse_args(["serve", "-fa", "maybe"])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize(("machine", "expected"), [("x86_64", True), ("aarch64", False)])
+def test_amx_is_read_on_x86_only(monkeypatch: pytest.MonkeyPatch, machine: str, expected: bool) -> None:
+    """Under qemu-user an arm64 process reads the x86 host's /proc/cpuinfo: its AMX flags are not ours."""
+    monkeypatch.setattr(cpu_probe, "_cpuinfo", lambda: "flags\t\t: fpu avx2 amx_tile amx_int8\n")
+    monkeypatch.setattr(cpu_probe.platform, "machine", lambda: machine)
+    assert cpu_probe.cpu_has_amx() is expected
