@@ -91,6 +91,15 @@ class HttpSettings(Block):
     seed: int | None = setting(
         None, "-s", "--seed", help="sampling seed for requests that set none (default: random)", parse=int
     )
+    n_predict: int = setting(
+        -1,
+        "-n",
+        "--n-predict",
+        help="server-wide output cap, as llama-server's: the budget of requests that set none and the "
+        "most any request gets (default -1: no cap)",
+        parse=int,
+        ge=-1,
+    )
     metrics: bool = setting(
         False,
         "--metrics",

@@ -111,9 +111,15 @@ def _samplers(body: NativeCompletionRequest) -> tuple[str, ...]:
     return tuple(SAMPLER_NAMES[n] for n in names)
 
 
-def sampling(codec: PromptCodec, body: NativeCompletionRequest, chain: tuple[str, ...]) -> SamplingParams:
-    """llama-server's defaults; a sampler left out of `samplers` is switched off."""
-    d = mapping.DEFAULTS
+def sampling(
+    codec: PromptCodec,
+    body: NativeCompletionRequest,
+    chain: tuple[str, ...],
+    defaults: SamplingParams = mapping.DEFAULTS,
+) -> SamplingParams:
+    """`defaults` (llama-server's, with the server's --temp/--seed) fill what the body leaves out;
+    a sampler left out of `samplers` is switched off."""
+    d = defaults
     bias = mapping.logit_bias(codec, _logit_bias(codec, body.logit_bias))
     params = SamplingParams(
         temperature=d.temperature if body.temperature is None else body.temperature,
@@ -125,7 +131,7 @@ def sampling(codec: PromptCodec, body: NativeCompletionRequest, chain: tuple[str
         presence_penalty=body.presence_penalty or 0.0,
         frequency_penalty=body.frequency_penalty or 0.0,
         penalty_last_n=d.penalty_last_n if body.repeat_last_n is None else body.repeat_last_n,
-        seed=None if body.seed is None or body.seed == -1 else body.seed & 0xFFFFFFFF,
+        seed=d.seed if body.seed is None or body.seed == -1 else body.seed & 0xFFFFFFFF,
         logit_bias=bias,
         ignore_eos=body.ignore_eos,
         grammar=mapping.field_grammar(body.grammar, body.json_schema),
@@ -142,6 +148,13 @@ def sampling(codec: PromptCodec, body: NativeCompletionRequest, chain: tuple[str
         if name not in chain:
             params = dataclasses.replace(params, **change)
     return params
+
+
+def _shown_budget(requested: int | None, cap: int) -> int:
+    """`generation_settings.n_predict`: the request's, under the server's `-n` (-1: none)."""
+    if requested is None or requested == -1:
+        return cap
+    return min(requested, cap) if cap > 0 else requested
 
 
 def _budget(body: NativeCompletionRequest) -> int | None:
@@ -175,7 +188,7 @@ async def run(
     if any(not t for t in token_lists):
         raise bad_request("the prompt is empty", param="prompt")
     chain = _samplers(body)
-    params = sampling(codec, body, chain)
+    params = sampling(codec, body, chain, state.sampling_defaults)
     stop = mapping.stop_strings(body.stop)
     requested = _budget(body)
     n_ctx = backend.n_ctx_seq  # no n_predict: what the context leaves, as llama-server
@@ -184,7 +197,7 @@ async def run(
         model=model_id,
         codec=codec,
         sampling=params,
-        n_predict=-1 if requested is None else requested,
+        n_predict=_shown_budget(requested, cfg.n_predict),
         stop=stop,
         samplers=chain,
         stream=body.stream,

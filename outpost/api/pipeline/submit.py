@@ -39,14 +39,23 @@ class Submission:
     arrival: float = field(default_factory=time.monotonic)
 
 
+def capped(requested: int | None, cap: int) -> int | None:
+    """An explicit budget over the server's `-n` is cut to it, as llama-server's (no budget, or -1,
+    is cut after resolving); cap -1: no cap."""
+    return cap if cap > 0 and requested is not None and requested > cap else requested
+
+
 async def submit(state: ServerState, request: Request, sub: Submission) -> tuple[str, list[Generation]]:
     """(request id, generations: prompt i's choice j at i * choices + j), every one admitted."""
     cfg = state.config
     n_ctx = sub.backend.n_ctx_seq
+    requested = capped(sub.requested, cfg.n_predict)
     budgets = [
-        mapping.resolve_max_tokens(len(tokens), sub.requested, n_ctx, sub.default_budget, sub.names)
+        mapping.resolve_max_tokens(len(tokens), requested, n_ctx, sub.default_budget, sub.names)
         for tokens in sub.prompts
     ]
+    if cfg.n_predict > 0:
+        budgets = [min(b, cfg.n_predict) for b in budgets]
     rid = mapping.new_request_id(sub.prefix)
     record_of(request).id = rid
     total = len(sub.prompts) * sub.choices

@@ -1,0 +1,72 @@
+"""llama-server's users, second pass (issue 45): `outpost serve` started with llama-server's flags
+(`--temp`, `--seed`, `-n`, a `--slot-save-path` that does not exist yet) and called with raw HTTP
+and llama-server's bodies, as its web UI and scripts call it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import pytest
+from server_harness import Server, start
+
+N_PREDICT = 6
+FLAGS = ("-np", "2", "-c", "1024", "--temp", "0", "--seed", "42", "-n", str(N_PREDICT))
+
+
+@pytest.fixture(scope="module")
+def slot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("state") / "not" / "yet"
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model: Path, slot_dir: Path) -> Iterator[Server]:
+    with start(tiny_model, *FLAGS, "--slot-save-path", str(slot_dir)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def http(server: Server) -> Iterator[httpx.Client]:
+    with server.client() as c:
+        yield c
+
+
+def _completion(http: httpx.Client, **body: Any) -> dict[str, Any]:
+    r = http.post("/completion", json={"prompt": "The sky is", "ignore_eos": True, **body})
+    assert r.status_code == 200, r.text
+    return cast(dict[str, Any], r.json())
+
+
+def test_temp_and_seed_flags_are_the_defaults_of_completion(http: httpx.Client) -> None:
+    bare = _completion(http)
+    assert bare["content"] == _completion(http, temperature=0)["content"]  # --temp 0: greedy
+    assert bare["generation_settings"]["temperature"] == 0
+    hot = _completion(http, temperature=1.5)  # no seed: --seed 42's
+    assert hot["content"] == _completion(http, temperature=1.5)["content"]
+    assert hot["generation_settings"]["seed"] == 42
+
+
+def test_n_predict_flag_is_the_default_and_the_cap_on_every_route(http: httpx.Client) -> None:
+    assert _completion(http)["tokens_predicted"] == N_PREDICT  # none asked: -n's
+    assert _completion(http, n_predict=100)["tokens_predicted"] == N_PREDICT  # more asked: cut to -n
+    assert _completion(http, n_predict=2)["tokens_predicted"] == 2  # fewer: as asked
+    chat = http.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100, "ignore_eos": True},
+    )
+    assert chat.json()["usage"]["completion_tokens"] == N_PREDICT
+
+
+def test_props_shows_the_flags_as_default_generation_settings(http: httpx.Client) -> None:
+    params = http.get("/props").json()["default_generation_settings"]["params"]
+    assert (params["temperature"], params["seed"], params["n_predict"]) == (0, 42, N_PREDICT)
+    assert http.get("/slots").json()[0]["params"]["n_predict"] == N_PREDICT
+
+
+def test_a_slot_save_path_that_did_not_exist_is_created(http: httpx.Client, slot_dir: Path) -> None:
+    assert slot_dir.is_dir()  # serve started (llama-server creates the folder and its parents)
+    r = http.post("/slots/0", params={"action": "save"}, json={"filename": "s.bin"})
+    assert r.status_code == 200, r.text
+    assert (slot_dir / "s.bin").is_file()
