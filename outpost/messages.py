@@ -135,6 +135,9 @@ class GenerateRequest:
     n_resumed: int = 0
     # Speculative decoding for this request; None: the engine's default (serve's --spec-type).
     speculative: SpecRequest | None = None
+    # The slot (sequence id) the request must run in, as llama-server's `id_slot`; -1: any. It waits
+    # for that slot if it is busy, and is never moved out of it.
+    slot: int = -1
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,7 @@ class TokenEvent:
     # `context_length_exceeded` naming this parameter, as serve does before accepting.
     error_param: str | None = None
     error_counts: tuple[int, int] | None = None  # with error_param: (prompt tokens, context size)
+    slot: int = -1  # on the last event: the slot whose KV the request ended in (-1: none)
 
     @property
     def finished(self) -> bool:

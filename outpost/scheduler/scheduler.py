@@ -62,6 +62,8 @@ class Scheduler(Residency):
     def add_request(self, req: GenerateRequest) -> None:
         """Queues a request; raises RequestRejected (never servable) or QueueFull (try later)."""
         check_admissible(req, self.config.n_ctx_seq)
+        if not -1 <= req.slot < self.config.n_slots:
+            raise RequestRejected(f"id_slot {req.slot} is not a slot (0 to {self.config.n_slots - 1}, or -1)")
         if req.request_id in self._live:
             raise RequestRejected(f"request id {req.request_id!r} is already in use")
         # The bound counts requests that will not find a free slot at the next step.
@@ -177,7 +179,10 @@ class Scheduler(Residency):
             self._kv_limit = self.config.n_ctx
         while self._waiting and self._pool.has_free():
             state = self._waiting[0]
-            plan = self._pool.plan(state.tokens)
+            pinned = state.req.slot
+            if pinned >= 0 and self._pool.slots[pinned].busy:
+                return  # llama-server defers a task whose slot is busy; FCFS: the queue waits with it
+            plan = self._pool.plan(state.tokens, pinned)
             wait = source_to_await(self._pool, plan, state.tokens, self._running)
             if wait is not None:  # its prefix arrives by copy once computed; dst holds nothing till then
                 plan = PrefixPlan(plan.dst, 0)
@@ -236,7 +241,7 @@ class Scheduler(Residency):
         self._gap_steps += 1
         src, dst = move
         state = self._owner[src.seq_id]
-        if state is None or self._gap_steps < COMPACT_AFTER_STEPS:
+        if state is None or self._gap_steps < COMPACT_AFTER_STEPS or state.req.slot >= 0:
             return
         if state.req.max_tokens - state.n_generated < COMPACT_MIN_TOKENS_LEFT:
             return

@@ -70,3 +70,15 @@ def test_a_slot_save_path_that_did_not_exist_is_created(http: httpx.Client, slot
     r = http.post("/slots/0", params={"action": "save"}, json={"filename": "s.bin"})
     assert r.status_code == 200, r.text
     assert (slot_dir / "s.bin").is_file()
+
+
+def test_id_slot_is_the_slot_used_and_the_one_a_save_writes(http: httpx.Client) -> None:
+    for slot in (1, 0):
+        http.post(f"/slots/{slot}", params={"action": "erase"})
+        res = _completion(http, id_slot=slot, n_predict=3)
+        assert res["id_slot"] == slot
+        saved = http.post(f"/slots/{slot}", params={"action": "save"}, json={"filename": f"{slot}.bin"})
+        assert saved.json()["n_saved"] >= res["tokens_evaluated"]  # its prompt (and what it decoded)
+    assert _completion(http)["id_slot"] in (0, 1)  # none asked: the one it ran in, not -1
+    bad = http.post("/completion", json={"prompt": "x", "id_slot": 5})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "id_slot"

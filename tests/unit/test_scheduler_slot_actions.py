@@ -11,7 +11,7 @@ import pytest
 from fake_runner import FakeKV
 from sched_harness import Harness
 
-from outpost.messages import SlotActionError
+from outpost.messages import RequestRejected, SlotActionError
 from outpost.scheduler import SchedulerConfig
 from outpost.scheduler.output import MemoryOp, SeqCopy, SeqRemove
 
@@ -76,3 +76,28 @@ def test_a_restore_evicts_idle_caches_until_its_tokens_fit() -> None:
     h.sched.clear_for_restore(keep, 100)
     apply(h.runner.kv, h.sched.take_memory_ops())
     assert h.sched.kv_cells_used == 0 == h.runner.kv.used  # the other (idle) cache made room
+
+
+def test_a_request_with_a_slot_runs_in_it_and_says_so() -> None:
+    h = harness()
+    for slot in (1, 0, 1):  # each its slot, whatever the pool would pick (prefix, LRU)
+        rid = h.add(PROMPT, max_tokens=4, slot=slot)
+        h.run()
+        assert h.final(rid).slot == slot
+        assert h.sched.cached_tokens(slot)[: len(PROMPT)] == tuple(PROMPT)
+    anywhere = h.add(PROMPT, max_tokens=4)
+    h.run()
+    assert h.final(anywhere).slot in (0, 1)  # the slot it ended in, also when none was asked for
+
+
+def test_a_request_waits_for_its_busy_slot_and_an_unknown_slot_is_refused() -> None:
+    h = harness()
+    first = h.add(PROMPT, max_tokens=6, slot=0)
+    h.step()
+    second = h.add([7, *PROMPT], max_tokens=2, slot=0)
+    h.step()  # slot 1 is free, yet the request waits for slot 0
+    assert h.sched.slots_busy == 1 and not h.events[second]
+    h.run()
+    assert h.final(first).slot == h.final(second).slot == 0
+    with pytest.raises(RequestRejected):
+        h.add(PROMPT, slot=2)

@@ -157,6 +157,18 @@ def _shown_budget(requested: int | None, cap: int) -> int:
     return min(requested, cap) if cap > 0 else requested
 
 
+def _slot(id_slot: int | None, backend: InferenceBackend) -> int:
+    """llama-server's `id_slot`: the slot to run in (-1 or none: any); another number is a 400."""
+    if id_slot is None or id_slot == -1:
+        return -1
+    total = backend.stats().slots_total
+    if not 0 <= id_slot < total:
+        raise bad_request(
+            f"id_slot {id_slot} is not a slot (0 to {total - 1}, or -1 for any)", param="id_slot"
+        )
+    return id_slot
+
+
 def _budget(body: NativeCompletionRequest) -> int | None:
     return body.n_predict if body.n_predict is not None else body.max_tokens
 
@@ -192,7 +204,10 @@ async def run(
     stop = mapping.stop_strings(body.stop)
     requested = _budget(body)
     n_ctx = backend.n_ctx_seq  # no n_predict: what the context leaves, as llama-server
-    sub = Submission(backend, token_lists, requested, n_ctx, params, stop, NATIVE, "cmpl", arrival=arrival)
+    slot = _slot(body.id_slot, backend)
+    sub = Submission(
+        backend, token_lists, requested, n_ctx, params, stop, NATIVE, "cmpl", slot=slot, arrival=arrival
+    )
     spec = NativeSpec(
         model=model_id,
         codec=codec,
@@ -203,6 +218,7 @@ async def run(
         stream=body.stream,
         return_tokens=body.return_tokens,
         post_sampling_probs=body.post_sampling_probs,
+        slot=slot,
     )
     _, gens = await submit(state, request, sub)
     if body.stream:

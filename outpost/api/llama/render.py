@@ -29,6 +29,7 @@ class NativeSpec:
     stream: bool
     return_tokens: bool
     post_sampling_probs: bool
+    slot: int = -1  # the `id_slot` asked for (-1: any); the last chunk says the one used
 
 
 def stop_type(out: Outcome, codec: PromptCodec, stop: tuple[str, ...]) -> tuple[str, str]:
@@ -103,7 +104,7 @@ def final(spec: NativeSpec, index: int, out: Outcome, prompt: str) -> dict[str, 
         "index": index,
         "content": content,
         "tokens": tokens,
-        "id_slot": -1,
+        "id_slot": out.slot,
         "stop": True,
         "model": spec.model,
         "tokens_predicted": out.timings.predicted_n or len(out.token_ids),  # timings' count, as llama-server
@@ -130,7 +131,7 @@ def partial(
         "content": text,
         "tokens": tokens if spec.return_tokens else [],
         "stop": False,
-        "id_slot": -1,
+        "id_slot": spec.slot,
         "tokens_predicted": len(out.token_ids),
         "tokens_evaluated": out.n_prompt,
     }

@@ -247,6 +247,7 @@ def generate_request(
     timeout: float,
     arrival: float | None = None,
     spec: SpecRequest | None = None,
+    slot: int = -1,
 ) -> GenerateRequest:
     arrival = time.monotonic() if arrival is None else arrival
     return GenerateRequest(
@@ -258,4 +259,5 @@ def generate_request(
         deadline=arrival + timeout,
         arrival_time=arrival,
         speculative=spec,
+        slot=slot,
     )

@@ -36,6 +36,7 @@ class Submission:
     prefix: str  # the request id's
     choices: int = 1  # per prompt (`n`): requests on one prompt share its KV through the prefix cache
     spec: SpecRequest | None = None
+    slot: int = -1  # llama-server's id_slot: the slot every prompt runs in (-1: any)
     arrival: float = field(default_factory=time.monotonic)
 
 
@@ -65,7 +66,15 @@ async def submit(state: ServerState, request: Request, sub: Submission) -> tuple
             sub_id = rid if total == 1 else f"{rid}-{i * sub.choices + j}"
             params = mapping.choice_sampling(sub.sampling, j)
             req = mapping.generate_request(
-                tokens, budget, params, sub.stops, sub_id, cfg.request_timeout, sub.arrival, sub.spec
+                tokens,
+                budget,
+                params,
+                sub.stops,
+                sub_id,
+                cfg.request_timeout,
+                sub.arrival,
+                sub.spec,
+                sub.slot,
             )
             gens.append(Generation(sub.backend, req, state.metrics, sub.names))
     await start_all(gens)
