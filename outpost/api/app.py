@@ -27,6 +27,7 @@ from outpost.api.auth import ApiKeyMiddleware
 from outpost.api.errors import Envelopes, install_error_handlers
 from outpost.api.limits import BodyLimitMiddleware
 from outpost.api.llama import completion, infill, props, rerank
+from outpost.api.llama import embeddings as native_embeddings
 from outpost.api.llama import routes as llama_routes
 from outpost.api.llama import slots as slot_routes
 from outpost.api.metrics import Metrics
@@ -106,6 +107,7 @@ def create_app(
         slot_routes,
         rerank,
         embeddings,
+        native_embeddings,
         llama_routes,
         sagemaker,
     )

@@ -82,3 +82,23 @@ def test_id_slot_is_the_slot_used_and_the_one_a_save_writes(http: httpx.Client) 
     assert _completion(http)["id_slot"] in (0, 1)  # none asked: the one it ran in, not -1
     bad = http.post("/completion", json={"prompt": "x", "id_slot": 5})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "id_slot"
+
+
+def test_bare_completions_is_native_and_v1_stays_openai(http: httpx.Client) -> None:
+    native = http.post("/completions", json={"prompt": "The sky is", "n_predict": 2, "ignore_eos": True})
+    assert native.json()["tokens_predicted"] == 2 and "id_slot" in native.json()
+    oai = http.post("/v1/completions", json={"prompt": "The sky is", "max_tokens": 2})
+    assert oai.json()["object"] == "text_completion"
+
+
+def test_bare_embeddings_is_native_and_takes_llama_servers_inputs(http: httpx.Client) -> None:
+    text = "a red apple"
+    ids = http.post("/tokenize", json={"content": text, "add_special": True}).json()["tokens"]
+    parts = {"content": [{"type": "text", "text": text}]}
+    res = http.post("/embeddings", json={"input": [text, ids, {"content": text}, parts]}).json()
+    assert [r["index"] for r in res] == [0, 1, 2, 3]
+    vectors = [r["embedding"][0] for r in res]  # llama-server's [[...]]: the pooled vector
+    for v in vectors[1:]:
+        assert v == pytest.approx(vectors[0], abs=1e-5)
+    oai = http.post("/v1/embeddings", json={"input": [text, ids]}).json()
+    assert oai["object"] == "list" and oai["data"][1]["embedding"] == pytest.approx(vectors[0], abs=1e-5)

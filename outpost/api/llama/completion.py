@@ -4,7 +4,7 @@ The body (`llama/schemas.py`) becomes one `GenerateRequest` per prompt with llam
 defaults; the reply is one result object (or, for several prompts, a list of them), and a stream
 is `data: {...}` chunks carrying `content`, ending with a `stop: true` chunk holding `timings`,
 `generation_settings` and `stop_type`, with no `[DONE]` (llama-server sends none on native routes).
-`POST /completions` (no /v1) stays OpenAI-shaped: OpenAI SDK users with a bare base URL rely on it.
+`POST /completions` (no /v1) is the same route, as on llama-server; OpenAI's shape is /v1/completions'.
 """
 
 from __future__ import annotations
@@ -56,21 +56,6 @@ def prompt_pieces(prompt: NativePrompt) -> list[list[Piece]]:
     if all(isinstance(p, int) for p in prompt) or _is_mixed(prompt):
         return [[p for p in prompt if not isinstance(p, list)]]
     return [p if isinstance(p, list) else [p] for p in prompt]
-
-
-def tokens_of(codec: PromptCodec, pieces: list[Piece]) -> list[int]:
-    """Text pieces tokenized (BOS only before the first, as llama-server's tokenize_mixed), ids kept."""
-    out: list[int] = []
-    ids = [p for p in pieces if isinstance(p, int)]
-    mapping.check_token_ids(codec, ids, "prompt")
-    for i, piece in enumerate(pieces):
-        if isinstance(piece, int):
-            out.append(piece)
-        elif i == 0:
-            out += codec.tokenize_prompt(piece)
-        else:
-            out += codec.tokenize(piece, add_special=False)
-    return out
 
 
 def _logit_bias(
@@ -174,12 +159,13 @@ def _budget(body: NativeCompletionRequest) -> int | None:
 
 
 @router.post("/completion", tags=["llama.cpp"])
+@router.post("/completions", include_in_schema=False)  # llama-server's: native too (OpenAI's is /v1's)
 async def completion(body: NativeCompletionRequest, request: Request) -> Response:
     """llama-server's native completion (text, token ids or both; `stream` for SSE chunks)."""
     served = state_of(request).backend_for(body.model)
     codec = served[1].codec
     pieces = prompt_pieces(body.prompt)
-    token_lists = [await asyncio.to_thread(tokens_of, codec, p) for p in pieces]
+    token_lists = [await asyncio.to_thread(mapping.mixed_tokens, codec, p) for p in pieces]
     texts = ["".join(p if isinstance(p, str) else codec.detokenize([p]) for p in pc) for pc in pieces]
     return await run(request, body, served, token_lists, texts)
 

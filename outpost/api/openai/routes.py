@@ -27,7 +27,6 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
 
 
 @router.post("/v1/completions", tags=["openai"])
-@router.post("/completions", include_in_schema=False)
 async def completions(body: CompletionRequest, request: Request) -> Response:
     """Text completion of a prompt (a string, a list of strings, or token ids)."""
     return await handle_completion(state_of(request), body, request)
