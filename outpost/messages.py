@@ -161,6 +161,7 @@ class Timings:
     queue_ms: float = 0.0
     draft_n: int = 0  # draft tokens verified (speculative decoding)
     draft_n_accepted: int = 0  # of which the target model accepted
+    draft_steps: int = 0  # verifications of a draft (llama-server's n_draft_verif_steps)
 
     @property
     def prompt_per_second(self) -> float:
@@ -174,9 +175,11 @@ class Timings:
         return {
             "prompt_n": self.prompt_n,
             "prompt_ms": self.prompt_ms,
+            "prompt_per_token_ms": self.prompt_ms / self.prompt_n if self.prompt_n else 0.0,
             "prompt_per_second": self.prompt_per_second,
             "predicted_n": self.predicted_n,
             "predicted_ms": self.predicted_ms,
+            "predicted_per_token_ms": self.predicted_ms / self.predicted_n if self.predicted_n else 0.0,
             "predicted_per_second": self.predicted_per_second,
             "cache_n": self.cache_n,
             "queue_ms": self.queue_ms,

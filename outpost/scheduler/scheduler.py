@@ -367,6 +367,7 @@ class Scheduler(Residency):
         spec.record(chunk.n_draft, n_accepted)
         state.timings.draft_n += chunk.n_draft
         state.timings.draft_n_accepted += n_accepted
+        state.timings.draft_steps += 1
         drafter = self._drafters.get(spec.params.type)
         if drafter is not None:
             drafter.accept(state.request_id, chunk.n_draft, n_accepted)

@@ -15,7 +15,7 @@ from outpost.settings.fields import Block, comma_list, existing_file, read_text,
 
 MiB = 1024 * 1024
 # Paths anyone may call, even when API keys are set: health checks and scrapers carry no keys.
-DEFAULT_OPEN_PATHS: tuple[str, ...] = ("/health", "/ping", "/metrics")
+DEFAULT_OPEN_PATHS: tuple[str, ...] = ("/health", "/v1/health", "/ping", "/metrics")
 
 
 def read_api_keys(path: str) -> tuple[str, ...]:

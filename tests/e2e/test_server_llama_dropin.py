@@ -102,3 +102,22 @@ def test_bare_embeddings_is_native_and_takes_llama_servers_inputs(http: httpx.Cl
         assert v == pytest.approx(vectors[0], abs=1e-5)
     oai = http.post("/v1/embeddings", json={"input": [text, ids]}).json()
     assert oai["object"] == "list" and oai["data"][1]["embedding"] == pytest.approx(vectors[0], abs=1e-5)
+
+
+def test_llama_servers_other_routes_and_timing_fields(http: httpx.Client) -> None:
+    assert http.get("/v1/health").json()["status"] == "ok"
+    t = _completion(http, n_predict=3)["timings"]
+    assert t["predicted_per_token_ms"] == pytest.approx(t["predicted_ms"] / t["predicted_n"])
+    assert t["prompt_per_token_ms"] == pytest.approx(t["prompt_ms"] / t["prompt_n"])
+    chat = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 1}
+    used = http.post("/chat/completions", json=chat).json()["usage"]["prompt_tokens"]
+    for path in ("/chat/completions/input_tokens", "/v1/chat/completions/input_tokens"):
+        assert http.post(path, json=chat).json() == {"input_tokens": used, "object": "response.input_tokens"}
+    reply = http.post("/responses", json={"input": "Name a colour.", "max_output_tokens": 1}).json()
+    assert reply["object"] == "response"  # llama-server's alias without /v1
+    for path in ("/responses/input_tokens", "/v1/responses/input_tokens"):
+        counted = http.post(path, json={"input": "Name a colour."}).json()
+        assert counted["input_tokens"] == reply["usage"]["input_tokens"] > 0
+    scrape = http.get("/metrics").text
+    for series in ("draft_tokens", "accepted_tokens", "drafts"):
+        assert f"llamacpp:spec_decode_num_{series}_total " in scrape
