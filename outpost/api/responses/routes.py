@@ -17,16 +17,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from outpost.api.errors import ApiError, bad_request
-from outpost.api.pipeline import mapping
-from outpost.api.pipeline.chat_run import (
-    ChatRun,
-    Ending,
-    Protocol,
-    answer_parts,
-    collect,
-    input_tokens,
-    start_chat,
-)
+from outpost.api.pipeline import chat_run, mapping
+from outpost.api.pipeline.chat_run import ChatRun, Ending, Protocol, answer_parts, collect, start_chat
 from outpost.api.pipeline.sse import sse_response, with_keepalive
 from outpost.api.record import record_of
 from outpost.api.responses.render import (
@@ -99,7 +91,7 @@ async def response_input_tokens(body: ResponsesRequest, request: Request) -> dic
     """The prompt tokens `input` (after `previous_response_id`) would take, as OpenAI and llama-server
     answer it."""
     chat = chat_request(body, _previous(store_of(request), body.previous_response_id))
-    n = await input_tokens(state_of(request), chat)
+    n = await chat_run.input_tokens(state_of(request), chat)
     return {"input_tokens": n, "object": "response.input_tokens"}
 
 
