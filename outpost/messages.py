@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Literal, get_args
 
@@ -138,6 +138,8 @@ class GenerateRequest:
     # The slot (sequence id) the request must run in, as llama-server's `id_slot`; -1: any. It waits
     # for that slot if it is busy, and is never moved out of it.
     slot: int = -1
+    # llama-server's `return_progress`: an event after each prompt chunk is read (`TokenEvent.progress`).
+    progress: bool = False
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,19 @@ class Timings:
         return {"draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted, "draft_acceptance": rate}
 
 
+@dataclass(frozen=True)
+class PromptProgress:
+    """How far the prompt has been read, in llama-server's `prompt_progress` terms (tokens, ms)."""
+
+    total: int
+    cache: int  # reused from the KV cache
+    processed: int  # in the KV now, the cached ones included
+    time_ms: float  # since the request took its slot
+
+    def as_dict(self) -> dict[str, int | float]:
+        return asdict(self)
+
+
 @dataclass
 class TokenEvent:
     """What the engine says about one request after a step: new tokens and text, or the end of it.
@@ -215,6 +230,7 @@ class TokenEvent:
     error_param: str | None = None
     error_counts: tuple[int, int] | None = None  # with error_param: (prompt tokens, context size)
     slot: int = -1  # on the last event: the slot whose KV the request ended in (-1: none)
+    progress: PromptProgress | None = None  # a prompt chunk read (requests that asked for it)
 
     @property
     def finished(self) -> bool:

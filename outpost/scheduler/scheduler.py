@@ -30,7 +30,7 @@ from outpost.scheduler.output import (
     SeqRemove,
 )
 from outpost.scheduler.pool import PrefixPlan
-from outpost.scheduler.request import RequestState, check_admissible
+from outpost.scheduler.request import RequestState, add_progress, check_admissible
 from outpost.scheduler.residency import Residency
 from outpost.scheduler.sharing import next_move, source_to_await
 from outpost.scheduler.spec_batch import add_drafts, draft_asks, keep_draft
@@ -329,29 +329,40 @@ class Scheduler(Residency):
             state = self._owner[chunk.seq_id]
             if state is None or state.slot is None:
                 continue
-            if not chunk.n_draft:  # a draft's tokens go in as far as they were accepted
-                state.slot.append(chunk.tokens, self._pool.new_origin())
-            if not state.prefilled:
-                state.timings.prompt_n += len(chunk.tokens)
-            if not chunk.sample:
-                continue
-            state.prefilled = True
-            if chunk.n_draft:
-                run = result.runs.get(chunk.seq_id)
-                if run:
-                    events.append(self._on_verified(state, chunk, run, now))
-                    keep_draft(state, chunk.seq_id, result)
-                    continue
-                token = None
-                self._ops.append(SeqRemove(chunk.seq_id, chunk.start_pos, -1))  # KV as we know it
-            else:
-                token = result.sampled.get(chunk.seq_id)
-            keep_draft(state, chunk.seq_id, result)
-            if token is None:
-                error = f"the runner sampled no token for sequence {chunk.seq_id}"
-                events.append(self._finish(state, FinishReason.ERROR, now, error=error, flush=True))
-            else:
-                events.append(self._on_tokens(state, [token], now))
+            reading = not state.prefilled
+            n_events = len(events)
+            self._on_chunk(state, chunk, result, now, events)
+            if reading and state.req.progress:
+                add_progress(state, now, events, n_events)
+
+    def _on_chunk(
+        self, state: RequestState, chunk: BatchChunk, out: RunnerOutput, now: float, events: list[TokenEvent]
+    ) -> None:
+        """One decoded chunk: its tokens in the slot, and the sampled token's event if it sampled."""
+        assert state.slot is not None
+        if not chunk.n_draft:  # a draft's tokens go in as far as they were accepted
+            state.slot.append(chunk.tokens, self._pool.new_origin())
+        if not state.prefilled:
+            state.timings.prompt_n += len(chunk.tokens)
+        if not chunk.sample:
+            return
+        state.prefilled = True
+        if chunk.n_draft:
+            run = out.runs.get(chunk.seq_id)
+            if run:
+                events.append(self._on_verified(state, chunk, run, now))
+                keep_draft(state, chunk.seq_id, out)
+                return
+            token = None
+            self._ops.append(SeqRemove(chunk.seq_id, chunk.start_pos, -1))  # KV as we know it
+        else:
+            token = out.sampled.get(chunk.seq_id)
+        keep_draft(state, chunk.seq_id, out)
+        if token is None:
+            error = f"the runner sampled no token for sequence {chunk.seq_id}"
+            events.append(self._finish(state, FinishReason.ERROR, now, error=error, flush=True))
+        else:
+            events.append(self._on_tokens(state, [token], now))
 
     def _on_verified(
         self, state: RequestState, chunk: BatchChunk, run: list[SampledToken], now: float

@@ -4,6 +4,7 @@ and llama-server's bodies, as its web UI and scripts call it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -121,3 +122,19 @@ def test_llama_servers_other_routes_and_timing_fields(http: httpx.Client) -> Non
     scrape = http.get("/metrics").text
     for series in ("draft_tokens", "accepted_tokens", "drafts"):
         assert f"llamacpp:spec_decode_num_{series}_total " in scrape
+
+
+def _chunks(http: httpx.Client, **body: Any) -> list[dict[str, Any]]:
+    body = {"prompt": "The sky is blue and", "stream": True, **body}
+    with http.stream("POST", "/completion", json=body) as r:
+        return [json.loads(line.removeprefix("data: ")) for line in r.iter_lines() if line]
+
+
+def test_return_progress_streams_prompt_progress_before_the_content(http: httpx.Client) -> None:
+    chunks = _chunks(http, n_predict=2, return_progress=True)
+    reads = [c["prompt_progress"] for c in chunks if "prompt_progress" in c]
+    assert reads and chunks[0]["prompt_progress"] == reads[0]  # the prompt is read first
+    assert [r["processed"] for r in reads] == sorted(r["processed"] for r in reads)
+    assert reads[-1]["processed"] == reads[-1]["total"] == chunks[-1]["tokens_evaluated"]
+    assert all(r["time_ms"] >= 0 and 0 <= r["cache"] < r["total"] for r in reads)
+    assert not any("prompt_progress" in c for c in _chunks(http, n_predict=2))  # not asked: none

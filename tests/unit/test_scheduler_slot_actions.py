@@ -101,3 +101,15 @@ def test_a_request_waits_for_its_busy_slot_and_an_unknown_slot_is_refused() -> N
     assert h.final(first).slot == h.final(second).slot == 0
     with pytest.raises(RequestRejected):
         h.add(PROMPT, slot=2)
+
+
+def test_a_request_that_asks_for_progress_hears_of_each_prompt_chunk() -> None:
+    h = harness()  # 16 tokens a step: the 30-token prompt is read in two chunks
+    rid = h.add(PROMPT, max_tokens=2, progress=True)
+    quiet = h.add([9, *PROMPT], max_tokens=2)
+    h.run()
+    read = [e.progress for e in h.events[rid] if e.progress is not None]
+    assert [(p.total, p.cache, p.processed) for p in read] == [(30, 0, 16), (30, 0, 30)]
+    assert all(e.progress is None for e in h.events[quiet])
+    first = next(e for e in h.events[rid] if e.token_ids)  # the last chunk's progress rides on it
+    assert first.progress is read[-1] and h.events[rid][0].progress is read[0]

@@ -192,7 +192,17 @@ async def run(
     n_ctx = backend.n_ctx_seq  # no n_predict: what the context leaves, as llama-server
     slot = _slot(body.id_slot, backend)
     sub = Submission(
-        backend, token_lists, requested, n_ctx, params, stop, NATIVE, "cmpl", slot=slot, arrival=arrival
+        backend,
+        token_lists,
+        requested,
+        n_ctx,
+        params,
+        stop,
+        NATIVE,
+        "cmpl",
+        slot=slot,
+        progress=body.stream and bool(body.return_progress),  # as llama-server: streams only
+        arrival=arrival,
     )
     spec = NativeSpec(
         model=model_id,
@@ -222,6 +232,8 @@ async def _stream(
     async for index, event in merge([g.events() for g in gens]):
         out = outs[index]
         out.add(event)
+        if event.progress is not None:
+            yield sse(native_render.progress(spec, index, out, event.progress))
         if event.text or event.token_ids:
             yield sse(
                 native_render.partial(spec, index, out, event.text, event.token_ids, event.logprobs or [])

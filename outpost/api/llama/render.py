@@ -13,7 +13,7 @@ from typing import Any
 
 from outpost.api.pipeline.generation import Outcome
 from outpost.backend import PromptCodec
-from outpost.messages import FinishReason, SamplingParams, TokenLogprob
+from outpost.messages import FinishReason, PromptProgress, SamplingParams, TokenLogprob
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,11 @@ def final(spec: NativeSpec, index: int, out: Outcome, prompt: str) -> dict[str, 
     if not spec.stream and out.logprobs:
         res["completion_probabilities"] = probabilities(spec.codec, out.logprobs, spec.post_sampling_probs)
     return res
+
+
+def progress(spec: NativeSpec, index: int, out: Outcome, read: PromptProgress) -> dict[str, Any]:
+    """llama-server's `return_progress` chunk: no content, `prompt_progress` as the prompt is read."""
+    return {**partial(spec, index, out, "", [], []), "prompt_progress": read.as_dict()}
 
 
 def partial(

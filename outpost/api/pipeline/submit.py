@@ -37,6 +37,7 @@ class Submission:
     choices: int = 1  # per prompt (`n`): requests on one prompt share its KV through the prefix cache
     spec: SpecRequest | None = None
     slot: int = -1  # llama-server's id_slot: the slot every prompt runs in (-1: any)
+    progress: bool = False  # llama-server's return_progress: events as the prompt is read
     arrival: float = field(default_factory=time.monotonic)
 
 
@@ -76,6 +77,7 @@ async def submit(state: ServerState, request: Request, sub: Submission) -> tuple
                 sub.spec,
                 sub.slot,
             )
+            req.progress = sub.progress
             gens.append(Generation(sub.backend, req, state.metrics, sub.names))
     await start_all(gens)
     return rid, gens
