@@ -14,6 +14,13 @@ import pytest
 from server_harness import Server, start
 
 N_PREDICT = 6
+# A Qwen3-style template, inline as llama-server takes it: it shows an assistant turn's reasoning.
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}"
+    "{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 FLAGS = ("-np", "2", "-c", "1024", "--temp", "0", "--seed", "42", "-n", str(N_PREDICT))
 
 
@@ -24,7 +31,7 @@ def slot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tiny_model: Path, slot_dir: Path) -> Iterator[Server]:
-    with start(tiny_model, *FLAGS, "--slot-save-path", str(slot_dir)) as srv:
+    with start(tiny_model, *FLAGS, "--chat-template", TEMPLATE, "--slot-save-path", str(slot_dir)) as srv:
         yield srv
 
 
@@ -138,3 +145,30 @@ def test_return_progress_streams_prompt_progress_before_the_content(http: httpx.
     assert reads[-1]["processed"] == reads[-1]["total"] == chunks[-1]["tokens_evaluated"]
     assert all(r["time_ms"] >= 0 and 0 <= r["cache"] < r["total"] for r in reads)
     assert not any("prompt_progress" in c for c in _chunks(http, n_predict=2))  # not asked: none
+
+
+def test_chat_validation_as_llama_server(http: httpx.Client) -> None:
+    user = {"role": "user", "content": "hi"}
+    both = {"messages": [user, {"role": "assistant", "content": "Hel"}], "continue_final_message": True}
+    r = http.post("/v1/chat/completions", json={**both, "add_generation_prompt": True})
+    assert r.status_code == 400 and "add_generation_prompt" in r.json()["error"]["message"]
+    two = [user, {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]
+    r = http.post("/v1/chat/completions", json={"messages": two})
+    assert r.status_code == 400 and "2 or more assistant messages" in r.json()["error"]["message"]
+    assert http.post("/v1/chat/completions", json={**both, "add_generation_prompt": False}).status_code == 200
+
+
+def test_anthropic_thinking_in_history_is_rendered_and_counted(http: httpx.Client) -> None:
+    thought = {"type": "thinking", "thinking": "The user greets me; greet back.", "signature": "s"}
+    said = {"type": "text", "text": "Hello!"}
+
+    def body(*blocks: dict[str, str]) -> dict[str, Any]:
+        turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": list(blocks)}]
+        return {"model": "m", "max_tokens": 1, "messages": [*turns, {"role": "user", "content": "bye"}]}
+
+    bare = http.post("/v1/messages/count_tokens", json=body(said)).json()["input_tokens"]
+    counted = http.post("/v1/messages/count_tokens", json=body(thought, said)).json()["input_tokens"]
+    thought_tokens = http.post("/tokenize", json={"content": f"<think>{thought['thinking']}</think>"})
+    assert counted == bare + len(thought_tokens.json()["tokens"])  # the template shows it in <think>
+    used = http.post("/v1/messages", json=body(thought, said)).json()["usage"]
+    assert used["input_tokens"] + used.get("cache_read_input_tokens", 0) == counted
