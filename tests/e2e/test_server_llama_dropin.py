@@ -21,7 +21,10 @@ TEMPLATE = (
     "{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-FLAGS = ("-np", "2", "-c", "1024", "--temp", "0", "--seed", "42", "-n", str(N_PREDICT))
+FLAGS = (
+    *("-np", "2", "-c", "1024", "--temp", "0", "--seed", "42", "-n", str(N_PREDICT)),
+    *("--cors-origins", "localhost"),
+)
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +175,11 @@ def test_anthropic_thinking_in_history_is_rendered_and_counted(http: httpx.Clien
     assert counted == bare + len(thought_tokens.json()["tokens"])  # the template shows it in <think>
     used = http.post("/v1/messages", json=body(thought, said)).json()["usage"]
     assert used["input_tokens"] + used.get("cache_read_input_tokens", 0) == counted
+
+
+def test_a_preflight_from_an_origin_not_allowed_gets_200_without_allow_headers(http: httpx.Client) -> None:
+    for origin, allowed in (("http://localhost:5173", True), ("https://evil.example", False)):
+        headers = {"Origin": origin, "Access-Control-Request-Method": "POST"}
+        r = http.options("/v1/chat/completions", headers=headers)
+        assert r.status_code == 200  # llama-server's answer either way; the headers decide
+        assert r.headers.get("access-control-allow-origin") == (origin if allowed else None)
