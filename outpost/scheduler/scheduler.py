@@ -174,15 +174,15 @@ class Scheduler(Residency):
             self._events.append(self._finish(state, FinishReason.TIMEOUT, now, flush=True))
 
     def _admit(self, now: float) -> None:
-        """FCFS: the head of the queue takes a free slot, or nobody does (no overtaking)."""
+        """FCFS: the head of the queue takes a free slot, or nobody does (no overtaking). A request
+        whose slot (`id_slot`) is busy is passed over until it frees, as llama-server defers it."""
         if not self._running:
             self._kv_limit = self.config.n_ctx
         while self._waiting and self._pool.has_free():
-            state = self._waiting[0]
-            pinned = state.req.slot
-            if pinned >= 0 and self._pool.slots[pinned].busy:
-                return  # llama-server defers a task whose slot is busy; FCFS: the queue waits with it
-            plan = self._pool.plan(state.tokens, pinned)
+            state = next((s for s in self._waiting if self._slot_ready(s)), None)
+            if state is None:
+                return
+            plan = self._pool.plan(state.tokens, state.req.slot)
             wait = source_to_await(self._pool, plan, state.tokens, self._running)
             if wait is not None:  # its prefix arrives by copy once computed; dst holds nothing till then
                 plan = PrefixPlan(plan.dst, 0)
@@ -192,7 +192,7 @@ class Scheduler(Residency):
             reuse = plan.reuse if wait is None else wait[1]  # the source reserves the awaited cells
             if not self._make_room(len(state.tokens) - reuse, (plan.dst, plan.src)):
                 return
-            self._waiting.popleft()
+            self._waiting.remove(state)
             self._pool.acquire(plan.dst)
             self._owner[plan.dst.seq_id] = state
             self._running.append(state)
@@ -210,6 +210,9 @@ class Scheduler(Residency):
             )
             if self.config.shared_kv:
                 self._ops += self._pool.trim_idle(self.config.idle_cache_cells, (plan.dst, plan.src))
+
+    def _slot_ready(self, state: RequestState) -> bool:
+        return state.req.slot < 0 or not self._pool.slots[state.req.slot].busy
 
     def _settle_waits(self) -> None:
         """Awaited prefixes now in the source's KV are copied in; a waiter whose source left decides

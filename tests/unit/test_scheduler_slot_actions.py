@@ -92,13 +92,14 @@ def test_a_request_with_a_slot_runs_in_it_and_says_so() -> None:
 
 def test_a_request_waits_for_its_busy_slot_and_an_unknown_slot_is_refused() -> None:
     h = harness()
-    first = h.add(PROMPT, max_tokens=6, slot=0)
+    first = h.add(PROMPT, max_tokens=8, slot=0)
     h.step()
     second = h.add([7, *PROMPT], max_tokens=2, slot=0)
-    h.step()  # slot 1 is free, yet the request waits for slot 0
-    assert h.sched.slots_busy == 1 and not h.events[second]
+    third = h.add([8, *PROMPT], max_tokens=2)  # behind it, free to go: it is not held up
+    h.step()  # slot 1 is free, yet the second waits for slot 0; the third takes slot 1
+    assert h.sched.slots_busy == 2 and not h.events[second]
     h.run()
-    assert h.final(first).slot == h.final(second).slot == 0
+    assert h.final(first).slot == h.final(second).slot == 0 and h.final(third).slot == 1
     with pytest.raises(RequestRejected):
         h.add(PROMPT, slot=2)
 
