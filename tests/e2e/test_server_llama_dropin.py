@@ -183,3 +183,15 @@ def test_a_preflight_from_an_origin_not_allowed_gets_200_without_allow_headers(h
         r = http.options("/v1/chat/completions", headers=headers)
         assert r.status_code == 200  # llama-server's answer either way; the headers decide
         assert r.headers.get("access-control-allow-origin") == (origin if allowed else None)
+
+
+def test_verbose_adds_the_native_result_to_openai_replies(http: httpx.Client) -> None:
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "ignore_eos": True}
+    reply = http.post("/v1/chat/completions", json={**chat, "verbose": True}).json()
+    native = reply["__verbose"]
+    assert native["tokens_predicted"] == reply["usage"]["completion_tokens"] and native["stop"] is True
+    assert native["tokens_evaluated"] == reply["usage"]["prompt_tokens"]
+    assert "__verbose" not in http.post("/v1/chat/completions", json=chat).json()
+    text = http.post("/v1/completions", json={"prompt": "The sky", "max_tokens": 3, "verbose": True}).json()
+    assert text["__verbose"]["content"] == text["choices"][0]["text"]
+    assert text["__verbose"]["prompt"] == "The sky"

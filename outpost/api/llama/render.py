@@ -11,9 +11,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from outpost.api.llama.schemas import DEFAULT_SAMPLERS
 from outpost.api.pipeline.generation import Outcome
 from outpost.backend import PromptCodec
-from outpost.messages import FinishReason, PromptProgress, SamplingParams, TokenLogprob
+from outpost.messages import FinishReason, GenerateRequest, PromptProgress, SamplingParams, TokenLogprob
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,15 @@ def final(spec: NativeSpec, index: int, out: Outcome, prompt: str) -> dict[str, 
     if not spec.stream and out.logprobs:
         res["completion_probabilities"] = probabilities(spec.codec, out.logprobs, spec.post_sampling_probs)
     return res
+
+
+def verbose(
+    model: str, codec: PromptCodec, req: GenerateRequest, out: Outcome, prompt: str
+) -> dict[str, Any]:
+    """llama-server's `__verbose` on an OpenAI reply (a request's `verbose`): the native result."""
+    chain = DEFAULT_SAMPLERS
+    spec = NativeSpec(model, codec, req.sampling, req.max_tokens, req.stop, chain, False, False, False)
+    return final(spec, 0, out, prompt)
 
 
 def progress(spec: NativeSpec, index: int, out: Outcome, read: PromptProgress) -> dict[str, Any]:

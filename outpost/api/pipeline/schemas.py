@@ -110,7 +110,7 @@ class SamplingFields(Body):
     grammar: str | None = None  # llama.cpp's: GBNF (checked: 400 if it does not parse)
     json_schema: dict[str, Any] | None = None  # llama.cpp's: a JSON schema the output must match
     return_progress: bool | None = None  # llama.cpp's: accepted; prompt progress is not reported
-    verbose: bool | None = None  # llama.cpp's: accepted; nothing more is reported
+    verbose: bool | None = None  # llama.cpp's: the reply adds `__verbose`, the native result
 
     @field_validator("stop")
     @classmethod
