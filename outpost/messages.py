@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Literal, get_args
 
@@ -135,6 +135,11 @@ class GenerateRequest:
     n_resumed: int = 0
     # Speculative decoding for this request; None: the engine's default (serve's --spec-type).
     speculative: SpecRequest | None = None
+    # The slot (sequence id) the request must run in, as llama-server's `id_slot`; -1: any. It waits
+    # for that slot if it is busy, and is never moved out of it.
+    slot: int = -1
+    # llama-server's `return_progress`: an event after each prompt chunk is read (`TokenEvent.progress`).
+    progress: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,7 @@ class Timings:
     queue_ms: float = 0.0
     draft_n: int = 0  # draft tokens verified (speculative decoding)
     draft_n_accepted: int = 0  # of which the target model accepted
+    draft_steps: int = 0  # verifications of a draft (llama-server's n_draft_verif_steps)
 
     @property
     def prompt_per_second(self) -> float:
@@ -171,9 +177,11 @@ class Timings:
         return {
             "prompt_n": self.prompt_n,
             "prompt_ms": self.prompt_ms,
+            "prompt_per_token_ms": self.prompt_ms / self.prompt_n if self.prompt_n else 0.0,
             "prompt_per_second": self.prompt_per_second,
             "predicted_n": self.predicted_n,
             "predicted_ms": self.predicted_ms,
+            "predicted_per_token_ms": self.predicted_ms / self.predicted_n if self.predicted_n else 0.0,
             "predicted_per_second": self.predicted_per_second,
             "cache_n": self.cache_n,
             "queue_ms": self.queue_ms,
@@ -186,6 +194,19 @@ class Timings:
             return {}
         rate = self.draft_n_accepted / self.draft_n
         return {"draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted, "draft_acceptance": rate}
+
+
+@dataclass(frozen=True)
+class PromptProgress:
+    """How far the prompt has been read, in llama-server's `prompt_progress` terms (tokens, ms)."""
+
+    total: int
+    cache: int  # reused from the KV cache
+    processed: int  # in the KV now, the cached ones included
+    time_ms: float  # since the request took its slot
+
+    def as_dict(self) -> dict[str, int | float]:
+        return asdict(self)
 
 
 @dataclass
@@ -208,6 +229,8 @@ class TokenEvent:
     # `context_length_exceeded` naming this parameter, as serve does before accepting.
     error_param: str | None = None
     error_counts: tuple[int, int] | None = None  # with error_param: (prompt tokens, context size)
+    slot: int = -1  # on the last event: the slot whose KV the request ended in (-1: none)
+    progress: PromptProgress | None = None  # a prompt chunk read (requests that asked for it)
 
     @property
     def finished(self) -> bool:

@@ -18,6 +18,8 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.datastructures import Headers
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 import outpost
@@ -27,6 +29,7 @@ from outpost.api.auth import ApiKeyMiddleware
 from outpost.api.errors import Envelopes, install_error_handlers
 from outpost.api.limits import BodyLimitMiddleware
 from outpost.api.llama import completion, infill, props, rerank
+from outpost.api.llama import embeddings as native_embeddings
 from outpost.api.llama import routes as llama_routes
 from outpost.api.llama import slots as slot_routes
 from outpost.api.metrics import Metrics
@@ -54,6 +57,16 @@ def cors_options(origins: tuple[str, ...]) -> dict[str, Any] | None:
     exact = [o for o in origins if o != "localhost"]
     regex = LOCALHOST_ORIGINS if "localhost" in origins else None
     return {"allow_origins": exact, "allow_origin_regex": regex}
+
+
+class LlamaCors(CORSMiddleware):
+    """Starlette's CORS, but a preflight from an origin not allowed gets llama-server's answer: 200
+    with no allow headers (the browser refuses the call), not a 400."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        if self.is_allowed_origin(origin=request_headers["origin"]):
+            return super().preflight_response(request_headers)
+        return PlainTextResponse("OK", status_code=200, headers={"Vary": "Origin"})
 
 
 def _lifespan(state: ServerState, factory: BackendFactory | None) -> Any:
@@ -107,6 +120,7 @@ def create_app(
         slot_routes,
         rerank,
         embeddings,
+        native_embeddings,
         llama_routes,
         sagemaker,
         ollama_routes,
@@ -128,7 +142,7 @@ def create_app(
     cors = cors_options(config.cors_origins)
     if cors is not None:
         app.add_middleware(
-            CORSMiddleware,
+            LlamaCors,
             **cors,
             allow_credentials=True,
             allow_methods=["GET", "POST", "DELETE", "OPTIONS"],

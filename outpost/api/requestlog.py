@@ -26,7 +26,7 @@ from outpost.tracing import Tracer, current
 access_log = logging.getLogger("outpost.access")
 
 # Probes and scrapes: never refused while draining, not counted as in flight, logged only on failure.
-QUIET_PATHS = frozenset({"/health", "/ping", "/metrics"})
+QUIET_PATHS = frozenset({"/health", "/v1/health", "/ping", "/metrics"})
 
 
 def endpoint_label(path: str, known: frozenset[str]) -> str:

@@ -75,8 +75,9 @@ class SlotPool:
         self.n_busy -= 1
         self.touch(slot)
 
-    def plan(self, tokens: list[int]) -> PrefixPlan:
-        """Picks the free slot for `tokens` and the prefix it can reuse (needs a free slot).
+    def plan(self, tokens: list[int], pinned: int = -1) -> PrefixPlan:
+        """Picks the free slot for `tokens` (`pinned`, a free one, if >= 0) and the prefix it can
+        reuse (needs a free slot).
 
         See the class docstring for the slot choice. If any other slot (busy ones too: their
         evaluated tokens are stable) holds a longer prefix, at least `copy_min` tokens long, it is
@@ -85,7 +86,9 @@ class SlotPool:
         """
         free = [s for s in self.slots if not s.busy]
         best = self._prefix_lens(tokens)
-        if self.compact:
+        if pinned >= 0:
+            dst = self.slots[pinned]
+        elif self.compact:
             busy = {s.seq_id for s in self.slots if s.busy}
             dst = min(
                 free,

@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from outpost.messages import FinishReason, GenerateRequest, RequestRejected, Timings, TokenEvent
+from outpost.messages import (
+    FinishReason,
+    GenerateRequest,
+    PromptProgress,
+    RequestRejected,
+    Timings,
+    TokenEvent,
+)
 from outpost.scheduler.slots import Slot
 from outpost.scheduler.speculation import SpecState
 from outpost.scheduler.textstream import TextStream
@@ -107,6 +114,19 @@ class RequestState:
         if self.first_token_at is not None and self.last_token_at is not None:
             t.predicted_ms = _ms(self.last_token_at - self.first_token_at)
         return TokenEvent(self.request_id, token_ids, text, reason, t, error)
+
+
+def add_progress(state: RequestState, now: float, events: list[TokenEvent], n_before: int) -> None:
+    """llama-server's `prompt_progress` after a prompt chunk (the prompt's tokens now in the slot):
+    on the request's event of this step if it has one (one event per request and step), else alone."""
+    total = len(state.req.prompt_tokens)
+    held = len(state.slot.cached) if state.slot is not None else 0
+    since = state.admitted_at if state.admitted_at is not None else now
+    read = PromptProgress(total, state.timings.cache_n, min(held, total), _ms(now - since))
+    if len(events) > n_before and events[-1].request_id == state.request_id:
+        events[-1].progress = read
+    else:
+        events.append(TokenEvent(state.request_id, progress=read))
 
 
 def check_admissible(req: GenerateRequest, n_ctx_seq: int) -> None:

@@ -67,6 +67,7 @@ class Residency:
         """Ends a request wherever it is; its KV stays as prefix cache unless `clear_kv`."""
         if flush:
             text += state.text.finish()
+        slot = -1 if state.slot is None or clear_kv else state.slot.seq_id
         if state.slot is not None:
             if clear_kv:
                 self._ops += self._pool.clear(state.slot)
@@ -83,7 +84,9 @@ class Residency:
                 drafter.end(state.request_id)
         if state.req.deadline is not None:
             self._n_deadlines -= 1
-        return state.final_event(reason, now, token_ids or [], text, error)
+        event = state.final_event(reason, now, token_ids or [], text, error)
+        event.slot = slot
+        return event
 
     def _preempt(self, state: RequestState) -> None:
         """Frees the request's slot and KV; it goes back to the front of the queue to recompute.

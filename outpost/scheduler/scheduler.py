@@ -30,7 +30,7 @@ from outpost.scheduler.output import (
     SeqRemove,
 )
 from outpost.scheduler.pool import PrefixPlan
-from outpost.scheduler.request import RequestState, check_admissible
+from outpost.scheduler.request import RequestState, add_progress, check_admissible
 from outpost.scheduler.residency import Residency
 from outpost.scheduler.sharing import next_move, source_to_await
 from outpost.scheduler.spec_batch import add_drafts, draft_asks, keep_draft
@@ -62,6 +62,8 @@ class Scheduler(Residency):
     def add_request(self, req: GenerateRequest) -> None:
         """Queues a request; raises RequestRejected (never servable) or QueueFull (try later)."""
         check_admissible(req, self.config.n_ctx_seq)
+        if not -1 <= req.slot < self.config.n_slots:
+            raise RequestRejected(f"id_slot {req.slot} is not a slot (0 to {self.config.n_slots - 1}, or -1)")
         if req.request_id in self._live:
             raise RequestRejected(f"request id {req.request_id!r} is already in use")
         # The bound counts requests that will not find a free slot at the next step.
@@ -172,12 +174,15 @@ class Scheduler(Residency):
             self._events.append(self._finish(state, FinishReason.TIMEOUT, now, flush=True))
 
     def _admit(self, now: float) -> None:
-        """FCFS: the head of the queue takes a free slot, or nobody does (no overtaking)."""
+        """FCFS: the head of the queue takes a free slot, or nobody does (no overtaking). A request
+        whose slot (`id_slot`) is busy is passed over until it frees, as llama-server defers it."""
         if not self._running:
             self._kv_limit = self.config.n_ctx
         while self._waiting and self._pool.has_free():
-            state = self._waiting[0]
-            plan = self._pool.plan(state.tokens)
+            state = next((s for s in self._waiting if self._slot_ready(s)), None)
+            if state is None:
+                return
+            plan = self._pool.plan(state.tokens, state.req.slot)
             wait = source_to_await(self._pool, plan, state.tokens, self._running)
             if wait is not None:  # its prefix arrives by copy once computed; dst holds nothing till then
                 plan = PrefixPlan(plan.dst, 0)
@@ -187,7 +192,7 @@ class Scheduler(Residency):
             reuse = plan.reuse if wait is None else wait[1]  # the source reserves the awaited cells
             if not self._make_room(len(state.tokens) - reuse, (plan.dst, plan.src)):
                 return
-            self._waiting.popleft()
+            self._waiting.remove(state)
             self._pool.acquire(plan.dst)
             self._owner[plan.dst.seq_id] = state
             self._running.append(state)
@@ -205,6 +210,9 @@ class Scheduler(Residency):
             )
             if self.config.shared_kv:
                 self._ops += self._pool.trim_idle(self.config.idle_cache_cells, (plan.dst, plan.src))
+
+    def _slot_ready(self, state: RequestState) -> bool:
+        return state.req.slot < 0 or not self._pool.slots[state.req.slot].busy
 
     def _settle_waits(self) -> None:
         """Awaited prefixes now in the source's KV are copied in; a waiter whose source left decides
@@ -236,7 +244,7 @@ class Scheduler(Residency):
         self._gap_steps += 1
         src, dst = move
         state = self._owner[src.seq_id]
-        if state is None or self._gap_steps < COMPACT_AFTER_STEPS:
+        if state is None or self._gap_steps < COMPACT_AFTER_STEPS or state.req.slot >= 0:
             return
         if state.req.max_tokens - state.n_generated < COMPACT_MIN_TOKENS_LEFT:
             return
@@ -324,29 +332,40 @@ class Scheduler(Residency):
             state = self._owner[chunk.seq_id]
             if state is None or state.slot is None:
                 continue
-            if not chunk.n_draft:  # a draft's tokens go in as far as they were accepted
-                state.slot.append(chunk.tokens, self._pool.new_origin())
-            if not state.prefilled:
-                state.timings.prompt_n += len(chunk.tokens)
-            if not chunk.sample:
-                continue
-            state.prefilled = True
-            if chunk.n_draft:
-                run = result.runs.get(chunk.seq_id)
-                if run:
-                    events.append(self._on_verified(state, chunk, run, now))
-                    keep_draft(state, chunk.seq_id, result)
-                    continue
-                token = None
-                self._ops.append(SeqRemove(chunk.seq_id, chunk.start_pos, -1))  # KV as we know it
-            else:
-                token = result.sampled.get(chunk.seq_id)
-            keep_draft(state, chunk.seq_id, result)
-            if token is None:
-                error = f"the runner sampled no token for sequence {chunk.seq_id}"
-                events.append(self._finish(state, FinishReason.ERROR, now, error=error, flush=True))
-            else:
-                events.append(self._on_tokens(state, [token], now))
+            reading = not state.prefilled
+            n_events = len(events)
+            self._on_chunk(state, chunk, result, now, events)
+            if reading and state.req.progress:
+                add_progress(state, now, events, n_events)
+
+    def _on_chunk(
+        self, state: RequestState, chunk: BatchChunk, out: RunnerOutput, now: float, events: list[TokenEvent]
+    ) -> None:
+        """One decoded chunk: its tokens in the slot, and the sampled token's event if it sampled."""
+        assert state.slot is not None
+        if not chunk.n_draft:  # a draft's tokens go in as far as they were accepted
+            state.slot.append(chunk.tokens, self._pool.new_origin())
+        if not state.prefilled:
+            state.timings.prompt_n += len(chunk.tokens)
+        if not chunk.sample:
+            return
+        state.prefilled = True
+        if chunk.n_draft:
+            run = out.runs.get(chunk.seq_id)
+            if run:
+                events.append(self._on_verified(state, chunk, run, now))
+                keep_draft(state, chunk.seq_id, out)
+                return
+            token = None
+            self._ops.append(SeqRemove(chunk.seq_id, chunk.start_pos, -1))  # KV as we know it
+        else:
+            token = out.sampled.get(chunk.seq_id)
+        keep_draft(state, chunk.seq_id, out)
+        if token is None:
+            error = f"the runner sampled no token for sequence {chunk.seq_id}"
+            events.append(self._finish(state, FinishReason.ERROR, now, error=error, flush=True))
+        else:
+            events.append(self._on_tokens(state, [token], now))
 
     def _on_verified(
         self, state: RequestState, chunk: BatchChunk, run: list[SampledToken], now: float
@@ -362,6 +381,7 @@ class Scheduler(Residency):
         spec.record(chunk.n_draft, n_accepted)
         state.timings.draft_n += chunk.n_draft
         state.timings.draft_n_accepted += n_accepted
+        state.timings.draft_steps += 1
         drafter = self._drafters.get(spec.params.type)
         if drafter is not None:
             drafter.accept(state.request_id, chunk.n_draft, n_accepted)

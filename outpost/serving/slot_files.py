@@ -27,6 +27,8 @@ class SlotFiles:
     def __init__(self, engine: Engine, folder: str | None) -> None:
         self.engine = engine
         self.folder = Path(folder) if folder else None
+        if self.folder is not None:  # llama-server creates it (with its parents) at start
+            self.folder.mkdir(parents=True, exist_ok=True)
 
     async def run(self, action: SlotAction) -> SlotResult:
         if self.folder is None:

@@ -223,7 +223,8 @@ class EngineSettings(ChatTemplateSettings):
     slot_save_path: str | None = setting(
         None,
         "--slot-save-path",
-        help="folder for POST /slots/{id}?action=save|restore files (llama-server's; without it: 501)",
+        help="folder for POST /slots/{id}?action=save|restore files, created if missing (llama-server's; "
+        "without it: 501)",
     )
     offline: bool = setting(
         False,
@@ -240,8 +241,8 @@ class EngineSettings(ChatTemplateSettings):
     @field_validator("slot_save_path")
     @classmethod
     def _is_folder(cls, path: str | None) -> str | None:
-        if path is not None and not Path(path).is_dir():
-            raise ValueError(f"--slot-save-path must be an existing folder: {path}")
+        if path is not None and Path(path).exists() and not Path(path).is_dir():
+            raise ValueError(f"--slot-save-path must be a folder (serve creates a missing one): {path}")
         return path
 
     @model_validator(mode="after")

@@ -15,7 +15,7 @@ from outpost.settings.fields import Block, comma_list, existing_file, read_text,
 
 MiB = 1024 * 1024
 # Paths anyone may call, even when API keys are set: health checks and scrapers carry no keys.
-DEFAULT_OPEN_PATHS: tuple[str, ...] = ("/health", "/ping", "/metrics")
+DEFAULT_OPEN_PATHS: tuple[str, ...] = ("/health", "/v1/health", "/ping", "/metrics")
 
 
 def read_api_keys(path: str) -> tuple[str, ...]:
@@ -90,6 +90,15 @@ class HttpSettings(Block):
     )
     seed: int | None = setting(
         None, "-s", "--seed", help="sampling seed for requests that set none (default: random)", parse=int
+    )
+    n_predict: int = setting(
+        -1,
+        "-n",
+        "--n-predict",
+        help="server-wide output cap, as llama-server's: the budget of requests that set none and the "
+        "most any request gets (default -1: no cap)",
+        parse=int,
+        ge=-1,
     )
     metrics: bool = setting(
         False,

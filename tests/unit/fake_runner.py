@@ -160,6 +160,7 @@ class FakeRunner:
         self.dist: Callable[[Sequence[int]], Sequence[float]] | None = None
         self.draft_model: Callable[[list[int], int], list[int]] | None = None
         self.verified = 0  # draft tokens verified
+        self.verifications = 0  # chunks that carried a draft
 
     def script(self, prompt: Sequence[int], outputs: Sequence[int]) -> None:
         """After `prompt` + outputs[:i], sample outputs[i]."""
@@ -253,6 +254,7 @@ class FakeRunner:
                 if i == chunk.n_draft or token != chunk.tokens[len(chunk.tokens) - chunk.n_draft + i]:
                     break
             self.verified += chunk.n_draft
+            self.verifications += chunk.n_draft > 0
             if chunk.n_draft:
                 result.runs[chunk.seq_id] = run
             else:

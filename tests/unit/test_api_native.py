@@ -134,9 +134,11 @@ def test_bad_prompts_are_400() -> None:
     assert backend.submitted == []
 
 
-def test_bare_completions_stays_openai_shaped() -> None:
-    res = call(FakeBackend("ok"), "POST", "/completions", {"prompt": "x", "max_tokens": 2}).json()
-    assert res["object"] == "text_completion" and res["choices"][0]["text"] == "ok"
+def test_bare_completions_is_llama_servers_native_route() -> None:
+    res = call(FakeBackend("ok"), "POST", "/completions", {"prompt": "x", "n_predict": 2}).json()
+    assert res["content"] == "ok" and res["stop"] is True and "choices" not in res
+    oai = call(FakeBackend("ok"), "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}).json()
+    assert oai["object"] == "text_completion" and oai["choices"][0]["text"] == "ok"
 
 
 def _spec(stop: tuple[str, ...] = (), post: bool = False) -> NativeSpec:
@@ -272,7 +274,28 @@ def test_embeddings_take_token_ids_and_lists_of_them() -> None:
     two = call(backend, "POST", "/v1/embeddings", {"input": [[12, 34], [56]]}).json()
     assert len(one["data"]) == 1 and len(two["data"]) == 2 and one["usage"]["prompt_tokens"] == 3
     assert backend.embedded == [[[12, 34, 56]], [[12, 34], [56]]]
-    assert call(backend, "POST", "/v1/embeddings", {"input": [[1], "a"]}).status_code == 400
+    backend.embedded.clear()
+    mixed = call(backend, "POST", "/v1/embeddings", {"input": [[1], "a", {"content": "b"}]}).json()
+    assert len(mixed["data"]) == 3 and backend.embedded == [[[1], "a", "b"]]
+    parts = {"content": [{"type": "text", "text": "c"}, {"type": "text", "text": "d"}]}
+    call(backend, "POST", "/v1/embeddings", {"input": [parts]})
+    assert backend.embedded[-1] == ["cd"]  # llama-server joins the text parts
+    assert call(backend, "POST", "/v1/embeddings", {"input": [[]]}).status_code == 400
+    assert call(backend, "POST", "/v1/embeddings", {"model": "m"}).status_code == 400
+
+
+def test_bare_embeddings_answer_llama_servers_native_shape() -> None:
+    backend = FakeBackend()
+    for path, body in (
+        ("/embeddings", {"input": ["a", [12, 34]]}),
+        ("/embedding", {"content": ["a", [12, 34]]}),
+        ("/v1/embeddings", {"content": ["a", [12, 34]]}),  # `content`: native on /v1 too, as there
+    ):
+        res = call(backend, "POST", path, body).json()
+        assert [r["index"] for r in res] == [0, 1], path
+        assert all(len(r["embedding"]) == 1 and len(r["embedding"][0]) > 0 for r in res)
+    one = call(backend, "POST", "/embeddings", {"content": ["ab", 7]}).json()  # text and ids: one input
+    assert len(one) == 1 and backend.embedded[-1][0][-1] == 7 and len(backend.embedded[-1][0]) > 1
 
 
 def test_rerank_is_llama_servers_501() -> None:

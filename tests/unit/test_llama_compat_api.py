@@ -65,8 +65,8 @@ def test_cors_origins(origins: tuple[str, ...], allowed: tuple[str, ...], refuse
         echoed = r.headers.get("access-control-allow-origin")
         if origin in allowed:
             assert r.status_code == 200 and echoed == origin, origin
-        else:
-            assert echoed is None, origin
+        else:  # llama-server's answer when CORS is on: 200, no allow headers (the browser refuses)
+            assert echoed is None and (not origins or origins == ("none",) or r.status_code == 200), origin
 
 
 def test_cors_by_default_answers_any_origin_with_credentials_as_llama_server() -> None:

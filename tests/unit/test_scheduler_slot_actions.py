@@ -11,7 +11,7 @@ import pytest
 from fake_runner import FakeKV
 from sched_harness import Harness
 
-from outpost.messages import SlotActionError
+from outpost.messages import RequestRejected, SlotActionError
 from outpost.scheduler import SchedulerConfig
 from outpost.scheduler.output import MemoryOp, SeqCopy, SeqRemove
 
@@ -76,3 +76,41 @@ def test_a_restore_evicts_idle_caches_until_its_tokens_fit() -> None:
     h.sched.clear_for_restore(keep, 100)
     apply(h.runner.kv, h.sched.take_memory_ops())
     assert h.sched.kv_cells_used == 0 == h.runner.kv.used  # the other (idle) cache made room
+
+
+def test_a_request_with_a_slot_runs_in_it_and_says_so() -> None:
+    h = harness()
+    for slot in (1, 0, 1):  # each its slot, whatever the pool would pick (prefix, LRU)
+        rid = h.add(PROMPT, max_tokens=4, slot=slot)
+        h.run()
+        assert h.final(rid).slot == slot
+        assert h.sched.cached_tokens(slot)[: len(PROMPT)] == tuple(PROMPT)
+    anywhere = h.add(PROMPT, max_tokens=4)
+    h.run()
+    assert h.final(anywhere).slot in (0, 1)  # the slot it ended in, also when none was asked for
+
+
+def test_a_request_waits_for_its_busy_slot_and_an_unknown_slot_is_refused() -> None:
+    h = harness()
+    first = h.add(PROMPT, max_tokens=8, slot=0)
+    h.step()
+    second = h.add([7, *PROMPT], max_tokens=2, slot=0)
+    third = h.add([8, *PROMPT], max_tokens=2)  # behind it, free to go: it is not held up
+    h.step()  # slot 1 is free, yet the second waits for slot 0; the third takes slot 1
+    assert h.sched.slots_busy == 2 and not h.events[second]
+    h.run()
+    assert h.final(first).slot == h.final(second).slot == 0 and h.final(third).slot == 1
+    with pytest.raises(RequestRejected):
+        h.add(PROMPT, slot=2)
+
+
+def test_a_request_that_asks_for_progress_hears_of_each_prompt_chunk() -> None:
+    h = harness()  # 16 tokens a step: the 30-token prompt is read in two chunks
+    rid = h.add(PROMPT, max_tokens=2, progress=True)
+    quiet = h.add([9, *PROMPT], max_tokens=2)
+    h.run()
+    read = [e.progress for e in h.events[rid] if e.progress is not None]
+    assert [(p.total, p.cache, p.processed) for p in read] == [(30, 0, 16), (30, 0, 30)]
+    assert all(e.progress is None for e in h.events[quiet])
+    first = next(e for e in h.events[rid] if e.token_ids)  # the last chunk's progress rides on it
+    assert first.progress is read[-1] and h.events[rid][0].progress is read[0]

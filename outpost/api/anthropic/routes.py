@@ -11,7 +11,6 @@ not checked; the key comes as `x-api-key` (auth.py).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable
@@ -36,7 +35,7 @@ from outpost.api.pipeline.chat_run import (
     Protocol,
     answer_parts,
     collect,
-    plan_for,
+    input_tokens,
     start_chat,
 )
 from outpost.api.pipeline.sse import sse_response, with_keepalive
@@ -107,9 +106,7 @@ async def _messages(request: Request) -> Response:
 async def _count_tokens(request: Request) -> Response:
     state = state_of(request)
     body = await _parse(request, CountTokensRequest)
-    _, backend, plan = await plan_for(state, chat_request(body))
-    tokens = await asyncio.to_thread(mapping.prompt_tokens, backend.codec, plan.prompt)
-    return JSONResponse({"input_tokens": len(tokens)})
+    return JSONResponse({"input_tokens": await input_tokens(state, chat_request(body))})
 
 
 def _tool_use(call: dict[str, Any]) -> dict[str, Any]:

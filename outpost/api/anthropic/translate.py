@@ -2,7 +2,8 @@
 
 `system` (a string or text blocks) becomes the system message; user and assistant turns of text
 blocks become chat messages, `tool_use` blocks an assistant turn's tool calls and `tool_result`
-blocks tool messages; earlier `thinking` blocks are dropped, as templates drop earlier thinking.
+blocks tool messages; `thinking` blocks become the turn's `reasoning_content`, as llama-server
+converts them (the template decides what to show: Qwen3 replays the latest turn's, drops earlier).
 `tools` (name, description, input_schema), `tool_choice` (auto, any, tool, none), `stop_sequences`
 and the sampling fields map to their chat names. What cannot be served (images, documents, server
 tools) is an `AnthropicError` 400.
@@ -87,7 +88,7 @@ def _text(blocks: Any, where: str) -> str:
 
 
 def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
-    text, calls = [], []
+    text, calls, thinking = [], [], []
     for j, block in enumerate(blocks):
         kind = block.get("type")
         if kind == "text":
@@ -103,9 +104,13 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
                     "function": {"name": block["name"], "arguments": args},
                 }
             )
-        elif kind not in ("thinking", "redacted_thinking"):
+        elif kind == "thinking":
+            thinking.append(str(block.get("thinking") or ""))
+        elif kind != "redacted_thinking":  # encrypted elsewhere: nothing a template could show
             raise bad(f"{where}.content.{j}: block type {kind!r} is not supported in an assistant turn")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
+    if thinking:
+        message["reasoning_content"] = "".join(thinking)
     if calls:
         message["tool_calls"] = calls
     return message

@@ -4,7 +4,7 @@ The body (`llama/schemas.py`) becomes one `GenerateRequest` per prompt with llam
 defaults; the reply is one result object (or, for several prompts, a list of them), and a stream
 is `data: {...}` chunks carrying `content`, ending with a `stop: true` chunk holding `timings`,
 `generation_settings` and `stop_type`, with no `[DONE]` (llama-server sends none on native routes).
-`POST /completions` (no /v1) stays OpenAI-shaped: OpenAI SDK users with a bare base URL rely on it.
+`POST /completions` (no /v1) is the same route, as on llama-server; OpenAI's shape is /v1/completions'.
 """
 
 from __future__ import annotations
@@ -58,21 +58,6 @@ def prompt_pieces(prompt: NativePrompt) -> list[list[Piece]]:
     return [p if isinstance(p, list) else [p] for p in prompt]
 
 
-def tokens_of(codec: PromptCodec, pieces: list[Piece]) -> list[int]:
-    """Text pieces tokenized (BOS only before the first, as llama-server's tokenize_mixed), ids kept."""
-    out: list[int] = []
-    ids = [p for p in pieces if isinstance(p, int)]
-    mapping.check_token_ids(codec, ids, "prompt")
-    for i, piece in enumerate(pieces):
-        if isinstance(piece, int):
-            out.append(piece)
-        elif i == 0:
-            out += codec.tokenize_prompt(piece)
-        else:
-            out += codec.tokenize(piece, add_special=False)
-    return out
-
-
 def _logit_bias(
     codec: PromptCodec, raw: list[list[Any]] | dict[str, float | bool] | None
 ) -> dict[str, float]:
@@ -111,9 +96,15 @@ def _samplers(body: NativeCompletionRequest) -> tuple[str, ...]:
     return tuple(SAMPLER_NAMES[n] for n in names)
 
 
-def sampling(codec: PromptCodec, body: NativeCompletionRequest, chain: tuple[str, ...]) -> SamplingParams:
-    """llama-server's defaults; a sampler left out of `samplers` is switched off."""
-    d = mapping.DEFAULTS
+def sampling(
+    codec: PromptCodec,
+    body: NativeCompletionRequest,
+    chain: tuple[str, ...],
+    defaults: SamplingParams = mapping.DEFAULTS,
+) -> SamplingParams:
+    """`defaults` (llama-server's, with the server's --temp/--seed) fill what the body leaves out;
+    a sampler left out of `samplers` is switched off."""
+    d = defaults
     bias = mapping.logit_bias(codec, _logit_bias(codec, body.logit_bias))
     params = SamplingParams(
         temperature=d.temperature if body.temperature is None else body.temperature,
@@ -125,7 +116,7 @@ def sampling(codec: PromptCodec, body: NativeCompletionRequest, chain: tuple[str
         presence_penalty=body.presence_penalty or 0.0,
         frequency_penalty=body.frequency_penalty or 0.0,
         penalty_last_n=d.penalty_last_n if body.repeat_last_n is None else body.repeat_last_n,
-        seed=None if body.seed is None or body.seed == -1 else body.seed & 0xFFFFFFFF,
+        seed=d.seed if body.seed is None or body.seed == -1 else body.seed & 0xFFFFFFFF,
         logit_bias=bias,
         ignore_eos=body.ignore_eos,
         grammar=mapping.field_grammar(body.grammar, body.json_schema),
@@ -144,17 +135,37 @@ def sampling(codec: PromptCodec, body: NativeCompletionRequest, chain: tuple[str
     return params
 
 
+def _shown_budget(requested: int | None, cap: int) -> int:
+    """`generation_settings.n_predict`: the request's, under the server's `-n` (-1: none)."""
+    if requested is None or requested == -1:
+        return cap
+    return min(requested, cap) if cap > 0 else requested
+
+
+def _slot(id_slot: int | None, backend: InferenceBackend) -> int:
+    """llama-server's `id_slot`: the slot to run in (-1 or none: any); another number is a 400."""
+    if id_slot is None or id_slot == -1:
+        return -1
+    total = backend.stats().slots_total
+    if not 0 <= id_slot < total:
+        raise bad_request(
+            f"id_slot {id_slot} is not a slot (0 to {total - 1}, or -1 for any)", param="id_slot"
+        )
+    return id_slot
+
+
 def _budget(body: NativeCompletionRequest) -> int | None:
     return body.n_predict if body.n_predict is not None else body.max_tokens
 
 
 @router.post("/completion", tags=["llama.cpp"])
+@router.post("/completions", include_in_schema=False)  # llama-server's: native too (OpenAI's is /v1's)
 async def completion(body: NativeCompletionRequest, request: Request) -> Response:
     """llama-server's native completion (text, token ids or both; `stream` for SSE chunks)."""
     served = state_of(request).backend_for(body.model)
     codec = served[1].codec
     pieces = prompt_pieces(body.prompt)
-    token_lists = [await asyncio.to_thread(tokens_of, codec, p) for p in pieces]
+    token_lists = [await asyncio.to_thread(mapping.mixed_tokens, codec, p) for p in pieces]
     texts = ["".join(p if isinstance(p, str) else codec.detokenize([p]) for p in pc) for pc in pieces]
     return await run(request, body, served, token_lists, texts)
 
@@ -175,21 +186,35 @@ async def run(
     if any(not t for t in token_lists):
         raise bad_request("the prompt is empty", param="prompt")
     chain = _samplers(body)
-    params = sampling(codec, body, chain)
+    params = sampling(codec, body, chain, state.sampling_defaults)
     stop = mapping.stop_strings(body.stop)
     requested = _budget(body)
     n_ctx = backend.n_ctx_seq  # no n_predict: what the context leaves, as llama-server
-    sub = Submission(backend, token_lists, requested, n_ctx, params, stop, NATIVE, "cmpl", arrival=arrival)
+    slot = _slot(body.id_slot, backend)
+    sub = Submission(
+        backend,
+        token_lists,
+        requested,
+        n_ctx,
+        params,
+        stop,
+        NATIVE,
+        "cmpl",
+        slot=slot,
+        progress=body.stream and bool(body.return_progress),  # as llama-server: streams only
+        arrival=arrival,
+    )
     spec = NativeSpec(
         model=model_id,
         codec=codec,
         sampling=params,
-        n_predict=-1 if requested is None else requested,
+        n_predict=_shown_budget(requested, cfg.n_predict),
         stop=stop,
         samplers=chain,
         stream=body.stream,
         return_tokens=body.return_tokens,
         post_sampling_probs=body.post_sampling_probs,
+        slot=slot,
     )
     _, gens = await submit(state, request, sub)
     if body.stream:
@@ -207,6 +232,8 @@ async def _stream(
     async for index, event in merge([g.events() for g in gens]):
         out = outs[index]
         out.add(event)
+        if event.progress is not None:
+            yield sse(native_render.progress(spec, index, out, event.progress))
         if event.text or event.token_ids:
             yield sse(
                 native_render.partial(spec, index, out, event.text, event.token_ids, event.logprobs or [])

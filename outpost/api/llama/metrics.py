@@ -31,6 +31,9 @@ class LlamaCppTotals:
         self.predicted_n = 0
         self.predicted_ms = 0.0
         self.n_tokens_max = 0
+        self.draft_n = 0
+        self.draft_accepted = 0
+        self.draft_steps = 0
 
     def add(self, t: Timings) -> None:
         with self._lock:
@@ -40,6 +43,9 @@ class LlamaCppTotals:
             self.predicted_n += t.predicted_n
             self.predicted_ms += t.predicted_ms
             self.n_tokens_max = max(self.n_tokens_max, t.prompt_n + t.cache_n + t.predicted_n)
+            self.draft_n += t.draft_n
+            self.draft_accepted += t.draft_n_accepted
+            self.draft_steps += t.draft_steps
 
 
 def _rate(n: int, ms: float) -> float:
@@ -63,6 +69,17 @@ class LlamaCppCollector(Collector):
             ("tokens_predicted", "Number of generation tokens processed", t.predicted_n),
             ("tokens_predicted_seconds", "Total time spent generating tokens", t.predicted_ms / 1000.0),
             ("n_decode", "Total number of llama_decode() calls", s.n_decode),
+            ("spec_decode_num_draft_tokens", "Speculative: Total draft tokens generated", t.draft_n),
+            (
+                "spec_decode_num_accepted_tokens",
+                "Speculative: Total draft tokens accepted by the target model",
+                t.draft_accepted,
+            ),
+            (
+                "spec_decode_num_drafts",
+                "Speculative: Total speculative decoding verification steps",
+                t.draft_steps,
+            ),
         ]
         for name, doc, value in counters:  # prometheus_client adds the _total suffix
             yield CounterMetricFamily(PREFIX + name, doc, value=value)

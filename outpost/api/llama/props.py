@@ -21,18 +21,18 @@ import outpost
 from outpost.api.errors import bad_request
 from outpost.api.llama.infill import not_supported
 from outpost.api.llama.schemas import DEFAULT_SAMPLERS
-from outpost.api.pipeline import mapping
-from outpost.api.state import state_of
+from outpost.api.state import ServerState, state_of
 from outpost.backend import InferenceBackend
 
 router = APIRouter()
 
 
-def default_params() -> dict[str, Any]:
-    d = mapping.DEFAULTS
+def default_params(state: ServerState) -> dict[str, Any]:
+    """The sampling settings a request without any gets: llama-server's with `--temp`, `-s`, `-n`."""
+    d = state.sampling_defaults
     return {
-        "n_predict": -1,
-        "seed": -1,
+        "n_predict": state.config.n_predict,
+        "seed": -1 if d.seed is None else d.seed,
         "temperature": d.temperature,
         "top_k": d.top_k,
         "top_p": d.top_p,
@@ -61,7 +61,7 @@ async def get_props(request: Request) -> dict[str, Any]:
     meta = backend.describe()
     stats = backend.stats()
     return {
-        "default_generation_settings": {"n_ctx": backend.n_ctx_seq, "params": default_params()},
+        "default_generation_settings": {"n_ctx": backend.n_ctx_seq, "params": default_params(state)},
         "total_slots": stats.slots_total,
         "model_alias": model_id,
         "model_path": meta.get("model_path", model_id),
@@ -103,7 +103,7 @@ async def slots(request: Request) -> list[dict[str, Any]]:
         raise not_supported("This server does not support slots endpoint. Start it with `--slots`")
     _, backend = state.backend_for(None)
     stats = backend.stats()
-    params = default_params()
+    params = default_params(state)
     return [
         {
             "id": i,

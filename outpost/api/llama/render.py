@@ -11,9 +11,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from outpost.api.llama.schemas import DEFAULT_SAMPLERS
 from outpost.api.pipeline.generation import Outcome
 from outpost.backend import PromptCodec
-from outpost.messages import FinishReason, SamplingParams, TokenLogprob
+from outpost.messages import FinishReason, GenerateRequest, PromptProgress, SamplingParams, TokenLogprob
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class NativeSpec:
     stream: bool
     return_tokens: bool
     post_sampling_probs: bool
+    slot: int = -1  # the `id_slot` asked for (-1: any); the last chunk says the one used
 
 
 def stop_type(out: Outcome, codec: PromptCodec, stop: tuple[str, ...]) -> tuple[str, str]:
@@ -103,7 +105,7 @@ def final(spec: NativeSpec, index: int, out: Outcome, prompt: str) -> dict[str, 
         "index": index,
         "content": content,
         "tokens": tokens,
-        "id_slot": -1,
+        "id_slot": out.slot,
         "stop": True,
         "model": spec.model,
         "tokens_predicted": out.timings.predicted_n or len(out.token_ids),  # timings' count, as llama-server
@@ -122,6 +124,20 @@ def final(spec: NativeSpec, index: int, out: Outcome, prompt: str) -> dict[str, 
     return res
 
 
+def verbose(
+    model: str, codec: PromptCodec, req: GenerateRequest, out: Outcome, prompt: str
+) -> dict[str, Any]:
+    """llama-server's `__verbose` on an OpenAI reply (a request's `verbose`): the native result."""
+    chain = DEFAULT_SAMPLERS
+    spec = NativeSpec(model, codec, req.sampling, req.max_tokens, req.stop, chain, False, False, False)
+    return final(spec, 0, out, prompt)
+
+
+def progress(spec: NativeSpec, index: int, out: Outcome, read: PromptProgress) -> dict[str, Any]:
+    """llama-server's `return_progress` chunk: no content, `prompt_progress` as the prompt is read."""
+    return {**partial(spec, index, out, "", [], []), "prompt_progress": read.as_dict()}
+
+
 def partial(
     spec: NativeSpec, index: int, out: Outcome, text: str, tokens: list[int], probs: list[TokenLogprob]
 ) -> dict[str, Any]:
@@ -130,7 +146,7 @@ def partial(
         "content": text,
         "tokens": tokens if spec.return_tokens else [],
         "stop": False,
-        "id_slot": -1,
+        "id_slot": spec.slot,
         "tokens_predicted": len(out.token_ids),
         "tokens_evaluated": out.n_prompt,
     }

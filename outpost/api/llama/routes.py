@@ -56,6 +56,7 @@ async def apply_template(body: ApplyTemplateRequest, request: Request) -> dict[s
 
 
 @router.get("/health", tags=["ops"])
+@router.get("/v1/health", include_in_schema=False)  # llama-server's alias
 async def health(request: Request) -> JSONResponse:
     """200 with slot and queue figures when ready; 503 while loading, draining or failed."""
     state = state_of(request)

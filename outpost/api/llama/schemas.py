@@ -2,8 +2,9 @@
 
 Field names and defaults are llama-server's (tools/server/server-task.cpp `params_from_json_cmpl`):
 `n_predict` (-1: until the context ends), `n_probs`, `samplers`, `logit_bias` as `[[id, bias]]`
-pairs or an object, `grammar` / `json_schema`. Fields Outpost has no use for (`cache_prompt`,
-`id_slot`, `n_keep`, `timings_per_token`, `return_progress`, ...) are accepted and documented.
+pairs or an object, `grammar` / `json_schema`, `id_slot` (the slot to run in), `return_progress`.
+Fields Outpost has no use for (`cache_prompt`, `n_keep`, `timings_per_token`, ...) are accepted and
+documented.
 """
 
 from __future__ import annotations
@@ -82,12 +83,12 @@ class NativeCompletionRequest(Body):
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
     model: str | None = None
+    id_slot: int | None = None  # the slot to run in (-1 or none: any)
+    return_progress: bool | None = None  # streams: `prompt_progress` chunks as the prompt is read
     # Accepted for llama-server's clients; Outpost has no use for them (docs/serve.md says why).
-    id_slot: int | None = None
     n_keep: int | None = None
     n_indent: int | None = None
     timings_per_token: bool | None = None
-    return_progress: bool | None = None
     verbose: bool | None = None
 
     @field_validator("stop")

@@ -1,4 +1,5 @@
-"""POST /v1/embeddings: OpenAI's embeddings API over the backend's `embed()`.
+"""POST /v1/embeddings: OpenAI's embeddings API over the pipeline's `embed()` (llama-server's
+native `/embeddings` in api/llama/embeddings.py shares `native`).
 
 On `outpost serve` the embedder (mean pooling, L2-normalised) runs on a llama context of its own,
 loaded on first use from `--embedding-model` or the served model's file, on the engine thread: it
@@ -28,10 +29,11 @@ def _encode(vector: list[float], fmt: str) -> list[float] | str:
 
 
 @router.post("/v1/embeddings", tags=["openai"])
-@router.post("/embeddings", include_in_schema=False)
-async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]:
-    """Sentence embeddings for a string or a list of strings."""
+async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
+    """Sentence embeddings for a string or a list of strings (llama-server's `content`: its shape)."""
     model_id, vectors, n_tokens = await embed(state_of(request), body.model, body.inputs())
+    if body.input is None:  # llama-server answers its `content` field natively on /v1 too
+        return native(vectors)
     return {
         "object": "list",
         "data": [
@@ -41,3 +43,8 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]
         "model": model_id,
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     }
+
+
+def native(vectors: list[list[float]]) -> list[dict[str, Any]]:
+    """llama-server's native reply: per input its index and its pooled vector, in a list of one."""
+    return [{"index": i, "embedding": [v]} for i, v in enumerate(vectors)]

@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from outpost.api.llama import render as native_render
 from outpost.api.openai import render
 from outpost.api.openai.streaming import StreamSpec, chat_stream, completion_stream
 from outpost.api.pipeline import mapping
@@ -73,6 +74,8 @@ async def handle_chat(state: ServerState, body: ChatCompletionRequest, request: 
     reply["choices"] = choices
     generated = sum(len(o.token_ids) for o in outs)
     reply["usage"] = render.usage(outs[0].n_prompt, generated, outs[0].timings.cache_n)
+    if body.verbose:
+        reply["__verbose"] = native_render.verbose(run.model_id, codec, gens[0].request, outs[0], run.prompt)
     return JSONResponse(reply)
 
 
@@ -134,4 +137,6 @@ async def handle_completion(state: ServerState, body: CompletionRequest, request
     outs = await outcomes(state, request, gens, texts)
     prefixes = texts if body.echo else [""] * len(outs)
     reply = render.text_completion(rid, model_id, outs, codec, body.logprobs is not None, prefixes)
+    if body.verbose:
+        reply["__verbose"] = native_render.verbose(model_id, codec, gens[0].request, outs[0], texts[0])
     return JSONResponse(reply)

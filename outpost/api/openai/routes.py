@@ -11,6 +11,7 @@ from fastapi.responses import Response
 
 from outpost.api.errors import ApiError
 from outpost.api.openai.handlers import handle_chat, handle_completion
+from outpost.api.pipeline.chat_run import input_tokens
 from outpost.api.pipeline.schemas import ChatCompletionRequest, CompletionRequest
 from outpost.api.state import state_of
 from outpost.backend import InferenceBackend
@@ -26,8 +27,15 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     return await handle_chat(state_of(request), body, request)
 
 
+@router.post("/v1/chat/completions/input_tokens", tags=["llama.cpp"])
+@router.post("/chat/completions/input_tokens", include_in_schema=False)
+async def chat_input_tokens(body: ChatCompletionRequest, request: Request) -> dict[str, Any]:
+    """llama-server's: the prompt tokens the chat request would take, rendered by the template."""
+    n = await input_tokens(state_of(request), body)
+    return {"input_tokens": n, "object": "response.input_tokens"}
+
+
 @router.post("/v1/completions", tags=["openai"])
-@router.post("/completions", include_in_schema=False)
 async def completions(body: CompletionRequest, request: Request) -> Response:
     """Text completion of a prompt (a string, a list of strings, or token ids)."""
     return await handle_completion(state_of(request), body, request)

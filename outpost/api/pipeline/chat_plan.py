@@ -90,6 +90,15 @@ def _prefill(body: ChatCompletionRequest, messages: list[dict[str, Any]]) -> str
     """The final assistant message's text when it is to be continued (llama-server's prefill,
     Hugging Face's continue_final_message), else None: it is then closed like any turn."""
     last_is_assistant = messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls")
+    if body.continue_final_message and body.add_generation_prompt:
+        raise bad_request(  # llama-server's and Hugging Face's refusal
+            "Cannot set both add_generation_prompt and continue_final_message to true.",
+            param="continue_final_message",
+        )
+    roles = [m["role"] for m in messages[-2:]]
+    if not body.continue_final_message and roles == ["assistant", "assistant"]:
+        message = "Cannot have 2 or more assistant messages at the end of the list."
+        raise bad_request(message, param="messages")
     if body.continue_final_message and not last_is_assistant:
         raise bad_request(
             "continue_final_message needs a final assistant message (without tool calls) to continue",

@@ -101,6 +101,12 @@ async def plan_for(state: ServerState, body: ChatCompletionRequest) -> tuple[str
     return model_id, backend, plan
 
 
+async def input_tokens(state: ServerState, body: ChatCompletionRequest) -> int:
+    """The prompt tokens `body` would take (llama-server's and Anthropic's token-count routes)."""
+    _, backend, plan = await plan_for(state, body)
+    return len(await asyncio.to_thread(mapping.prompt_tokens, backend.codec, plan.prompt))
+
+
 async def start_chat(
     state: ServerState, body: ChatCompletionRequest, request: Request, protocol: Protocol = CHAT
 ) -> ChatRun:

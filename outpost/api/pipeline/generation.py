@@ -60,6 +60,7 @@ class Outcome:
     error_counts: tuple[int, int] | None = None
     max_tokens: int | None = None  # what the request asked for: a refusal's words repeat it
     names: Names = field(default_factory=Names)  # the protocol's field names, for its errors
+    slot: int = -1  # the slot whose KV the request ended in
 
     def add(self, event: TokenEvent) -> None:
         self.token_ids += event.token_ids
@@ -72,6 +73,7 @@ class Outcome:
             self.error = event.error
             self.error_param = event.error_param
             self.error_counts = event.error_counts
+            self.slot = event.slot
 
 
 def admission_error(

@@ -92,6 +92,21 @@ def check_token_ids(codec: PromptCodec, tokens: Sequence[int], param: str) -> No
         raise bad_request(f"token id {bad} is out of range: the vocabulary has {n_vocab} tokens", param=param)
 
 
+def mixed_tokens(codec: PromptCodec, pieces: Sequence[str | int], param: str = "prompt") -> list[int]:
+    """Text pieces tokenized (BOS only before the first, as llama-server's tokenize_mixed), ids kept."""
+    out: list[int] = []
+    ids = [p for p in pieces if isinstance(p, int)]
+    check_token_ids(codec, ids, param)
+    for i, piece in enumerate(pieces):
+        if isinstance(piece, int):
+            out.append(piece)
+        elif i == 0:
+            out += codec.tokenize_prompt(piece)
+        else:
+            out += codec.tokenize(piece, add_special=False)
+    return out
+
+
 def resolve_max_tokens(
     n_prompt: int, requested: int | None, n_ctx_seq: int, default: int, names: Names = Names()
 ) -> int:
@@ -247,6 +262,7 @@ def generate_request(
     timeout: float,
     arrival: float | None = None,
     spec: SpecRequest | None = None,
+    slot: int = -1,
 ) -> GenerateRequest:
     arrival = time.monotonic() if arrival is None else arrival
     return GenerateRequest(
@@ -258,4 +274,5 @@ def generate_request(
         deadline=arrival + timeout,
         arrival_time=arrival,
         speculative=spec,
+        slot=slot,
     )

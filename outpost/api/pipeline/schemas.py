@@ -7,9 +7,17 @@ value is a validation error that `errors.py` turns into a 400. Replies are built
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from outpost.api.pipeline.tool_schemas import ReasoningFormat, ToolCall, ToolChoice, ToolDef
 
@@ -110,7 +118,7 @@ class SamplingFields(Body):
     grammar: str | None = None  # llama.cpp's: GBNF (checked: 400 if it does not parse)
     json_schema: dict[str, Any] | None = None  # llama.cpp's: a JSON schema the output must match
     return_progress: bool | None = None  # llama.cpp's: accepted; prompt progress is not reported
-    verbose: bool | None = None  # llama.cpp's: accepted; nothing more is reported
+    verbose: bool | None = None  # llama.cpp's: the reply adds `__verbose`, the native result
 
     @field_validator("stop")
     @classmethod
@@ -169,31 +177,55 @@ class CompletionRequest(SamplingFields):
         return prompt
 
 
-EmbeddingInput = str | list[str] | list[int] | list[list[int]]
+class EmbeddingContent(Body):
+    """llama-server's `{"content": ...}` input: text, or content parts whose text is joined."""
+
+    content: str | list[ContentPart]
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text or "" for p in self.content)
+
+
+# OpenAI's four forms (a string, strings, token ids, lists of them) and llama-server's more: a list
+# mixing strings, token-id lists (each one input) and `{"content"}` objects; ids and text mixed in
+# one list (at the top or inside) are one input, its text tokenized in place.
+EmbeddingItem = str | int | list[int | str] | EmbeddingContent
+EmbeddingInput = str | list[EmbeddingItem]
+Pieces = str | list[int | str]  # one input: text, or token ids and text
 
 
 class EmbeddingRequest(Body):
-    """`input`: a string, strings, token ids, or lists of token ids (OpenAI's four forms)."""
+    """`input` (OpenAI's) or `content` (llama-server's native field, answered in its shape)."""
 
-    input: EmbeddingInput
+    input: EmbeddingInput | None = None
+    content: EmbeddingInput | None = None
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
 
-    @field_validator("input")
+    @field_validator("input", "content")
     @classmethod
-    def _input_count(cls, value: EmbeddingInput) -> EmbeddingInput:
+    def _input_count(cls, value: EmbeddingInput | None) -> EmbeddingInput | None:
         if isinstance(value, list) and not 1 <= len(value) <= 2048:
             raise ValueError("input must hold between 1 and 2048 strings or token lists")
         return value
 
-    def inputs(self) -> list[str | list[int]]:
-        """One entry per vector asked for: a token-id list is one input, a list of them several."""
-        value = self.input
+    @model_validator(mode="after")
+    def _one_given(self) -> Self:
+        if self.input is None and self.content is None:
+            raise ValueError('"input" or "content" must be provided')
+        return self
+
+    def inputs(self) -> list[Pieces]:
+        """One entry per vector asked for (llama-server's reading, which holds OpenAI's forms)."""
+        value = self.input if self.input is not None else self.content
         if isinstance(value, str):
             return [value]
-        if all(isinstance(v, int) for v in value):
-            return [[v for v in value if isinstance(v, int)]]
-        return [v for v in value if not isinstance(v, int)]
+        assert value is not None
+        if any(isinstance(v, int) for v in value):  # ids, maybe with text: one input
+            return [[v for v in value if isinstance(v, int | str)]]
+        return [v.text() if isinstance(v, EmbeddingContent) else v for v in value if not isinstance(v, int)]
 
 
 class TokenizeRequest(Body):

@@ -36,17 +36,28 @@ class Submission:
     prefix: str  # the request id's
     choices: int = 1  # per prompt (`n`): requests on one prompt share its KV through the prefix cache
     spec: SpecRequest | None = None
+    slot: int = -1  # llama-server's id_slot: the slot every prompt runs in (-1: any)
+    progress: bool = False  # llama-server's return_progress: events as the prompt is read
     arrival: float = field(default_factory=time.monotonic)
+
+
+def capped(requested: int | None, cap: int) -> int | None:
+    """An explicit budget over the server's `-n` is cut to it, as llama-server's (no budget, or -1,
+    is cut after resolving); cap -1: no cap."""
+    return cap if cap > 0 and requested is not None and requested > cap else requested
 
 
 async def submit(state: ServerState, request: Request, sub: Submission) -> tuple[str, list[Generation]]:
     """(request id, generations: prompt i's choice j at i * choices + j), every one admitted."""
     cfg = state.config
     n_ctx = sub.backend.n_ctx_seq
+    requested = capped(sub.requested, cfg.n_predict)
     budgets = [
-        mapping.resolve_max_tokens(len(tokens), sub.requested, n_ctx, sub.default_budget, sub.names)
+        mapping.resolve_max_tokens(len(tokens), requested, n_ctx, sub.default_budget, sub.names)
         for tokens in sub.prompts
     ]
+    if cfg.n_predict > 0:
+        budgets = [min(b, cfg.n_predict) for b in budgets]
     rid = mapping.new_request_id(sub.prefix)
     record_of(request).id = rid
     total = len(sub.prompts) * sub.choices
@@ -56,8 +67,17 @@ async def submit(state: ServerState, request: Request, sub: Submission) -> tuple
             sub_id = rid if total == 1 else f"{rid}-{i * sub.choices + j}"
             params = mapping.choice_sampling(sub.sampling, j)
             req = mapping.generate_request(
-                tokens, budget, params, sub.stops, sub_id, cfg.request_timeout, sub.arrival, sub.spec
+                tokens,
+                budget,
+                params,
+                sub.stops,
+                sub_id,
+                cfg.request_timeout,
+                sub.arrival,
+                sub.spec,
+                sub.slot,
             )
+            req.progress = sub.progress
             gens.append(Generation(sub.backend, req, state.metrics, sub.names))
     await start_all(gens)
     return rid, gens

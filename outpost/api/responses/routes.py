@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from outpost.api.errors import ApiError, bad_request
-from outpost.api.pipeline import mapping
+from outpost.api.pipeline import chat_run, mapping
 from outpost.api.pipeline.chat_run import ChatRun, Ending, Protocol, answer_parts, collect, start_chat
 from outpost.api.pipeline.sse import sse_response, with_keepalive
 from outpost.api.record import record_of
@@ -65,6 +65,7 @@ def _previous(store: ResponseStore, rid: str | None) -> list[dict[str, Any]]:
 
 
 @router.post("/v1/responses", tags=["openai"])
+@router.post("/responses", include_in_schema=False)  # llama-server's unprefixed alias
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
     """A model response to `input` (after `previous_response_id`), streamed as events with `stream`."""
     state, store = state_of(request), store_of(request)
@@ -82,6 +83,16 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     if body.store:
         store.put(draft.id, reply, [*history, *history_messages(output)])
     return JSONResponse(reply)
+
+
+@router.post("/v1/responses/input_tokens", tags=["openai"])
+@router.post("/responses/input_tokens", include_in_schema=False)
+async def response_input_tokens(body: ResponsesRequest, request: Request) -> dict[str, Any]:
+    """The prompt tokens `input` (after `previous_response_id`) would take, as OpenAI and llama-server
+    answer it."""
+    chat = chat_request(body, _previous(store_of(request), body.previous_response_id))
+    n = await chat_run.input_tokens(state_of(request), chat)
+    return {"input_tokens": n, "object": "response.input_tokens"}
 
 
 @router.get("/v1/responses/{response_id}", tags=["openai"])
