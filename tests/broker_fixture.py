@@ -1,4 +1,5 @@
-"""A real RabbitMQ for tests: `scripts/broker.sh` on free loopback ports (tests/ports.py) in a temp folder.
+"""A real RabbitMQ for tests: `scripts/broker.sh` on free loopback ports (benchmarks/harness/ports.py)
+in a temp folder.
 
 The session fixture `rabbitmq` (registered in tests/conftest.py) boots one broker for the whole
 test session and stops it at the end. `stop()` / `start()` restart it in place (same ports, same
@@ -20,7 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ports import free_port_runs
+
+from benchmarks.harness.ports import free_port_runs
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "broker.sh"
 # Booting takes ~5 s on an idle machine; installing the package first, minutes.

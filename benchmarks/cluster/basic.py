@@ -1,4 +1,4 @@
-"""benchmarks/cluster.py's scenarios (a), (b) and (e): the gateway's overhead, scaling to a second
+"""benchmarks/cluster/'s scenarios (a), (b) and (e): the gateway's overhead, scaling to a second
 worker, and a burst at a bounded queue. Each starts its own broker and processes and stops them."""
 
 from __future__ import annotations
@@ -7,11 +7,20 @@ import statistics
 from contextlib import ExitStack
 from typing import Any
 
-from cluster.common import Ctx, bench, ms, ratio, run_of, target
-from cluster.floor import broker_floor
-from cluster.paired import paired_one_stream
-from harness.common import log
-from harness.procs import Broker, cpu_set, engine_args, gateway, pinned, serve, wait_workers, worker
+from benchmarks.cluster.common import Ctx, bench, ms, ratio, run_of, target
+from benchmarks.cluster.floor import broker_floor
+from benchmarks.cluster.paired import paired_one_stream
+from benchmarks.harness.common import log
+from benchmarks.harness.procs import (
+    Broker,
+    cpu_set,
+    engine_args,
+    gateway,
+    pinned,
+    serve,
+    wait_workers,
+    worker,
+)
 from outpost.bench.records import RequestRecord, RunSummary, Stats
 from outpost.bench.stats import stats
 

@@ -1,4 +1,4 @@
-"""benchmarks/cluster.py's scenario (d): chaos. Two workers at ~`--chaos-load` of their slots with
+"""benchmarks/cluster/'s scenario (d): chaos. Two workers at ~`--chaos-load` of their slots with
 streamed greedy requests while one of them is SIGKILLed every `--kill-every` s (alternately) and a
 new one started in its place (the next kill waits until the gateway's /health lists it live), for
 `--chaos-seconds`. Every stream is checked by cluster/stream.py: a final outcome, every token
@@ -23,10 +23,18 @@ from typing import Any
 
 import httpx
 
-from cluster.common import Ctx, ms, pct, target
-from cluster.stream import StreamRecord, chat_body, stream
-from harness.common import log
-from harness.procs import Broker, Process, cluster_counters, engine_args, gateway, wait_workers, worker
+from benchmarks.cluster.common import Ctx, ms, pct, target
+from benchmarks.cluster.stream import StreamRecord, chat_body, stream
+from benchmarks.harness.common import log
+from benchmarks.harness.procs import (
+    Broker,
+    Process,
+    cluster_counters,
+    engine_args,
+    gateway,
+    wait_workers,
+    worker,
+)
 from outpost.bench.prompts import COMMON_WORDS
 
 SAMPLE_S = 0.5  # the in-flight timeline's resolution

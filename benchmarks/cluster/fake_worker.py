@@ -1,4 +1,4 @@
-"""A cluster worker with no model, for benchmarks/cluster.py's scenario (f): the gateway alone.
+"""A cluster worker with no model, for benchmarks/cluster/'s scenario (f): the gateway alone.
 
 The real `outpost.cluster.worker.Worker` (intake, replies, acks, heartbeats: everything a worker
 does on the broker) over `FakeEngine`, an `InferenceBackend` which answers every request with
@@ -8,7 +8,7 @@ slow streams without a thread each. Its token ids are taken from the prompt (val
 gateway's vocabulary), its text is one short word per token.
 
 Not run by hand, except to try it:
-    python benchmarks/fake_worker.py --broker amqp://outpost@127.0.0.1:5672/ \\
+    python -m benchmarks.cluster.fake_worker --broker amqp://outpost@127.0.0.1:5672/ \\
         --broker-password-file PASSWORD --model-id tiny-q4_0 --slots 256 --token-interval 0
 """
 
@@ -172,3 +172,7 @@ def main() -> None:
     engine = FakeEngine(args.slots, args.token_interval)
     url = broker_url(args.broker, args.broker_password_file)
     raise SystemExit(asyncio.run(serve_worker(url, args.model_id, engine, args.worker_id)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,4 +1,4 @@
-"""benchmarks/cluster.py's fault matrix (issue 28): the broker and the links fail under load.
+"""benchmarks/cluster/'s fault matrix (issue 28): the broker and the links fail under load.
 
 Each scenario starts a broker (scripts/broker.sh, one node or `--nodes 3`), two workers (the run's
 synthetic model, `--fault-slots` slots each) and a gateway, runs `--fault-load` x all slots of
@@ -41,12 +41,21 @@ from typing import Any
 
 import httpx
 
-from cluster.chaos import prompt_pool, scenario_d
-from cluster.common import Ctx, ms, pct, target
-from cluster.stream import StreamRecord, chat_body, stream
-from harness.common import free_port, log, wait_ready
-from harness.netns import Host, Link, unavailable
-from harness.procs import BROKER_SH, OUTPOST, Broker, Process, cluster_counters, engine_args, wait_workers
+from benchmarks.cluster.chaos import prompt_pool, scenario_d
+from benchmarks.cluster.common import Ctx, ms, pct, target
+from benchmarks.cluster.stream import StreamRecord, chat_body, stream
+from benchmarks.harness.common import log, wait_ready
+from benchmarks.harness.netns import Host, Link, unavailable
+from benchmarks.harness.ports import free_port, free_port_runs
+from benchmarks.harness.procs import (
+    BROKER_SH,
+    OUTPOST,
+    Broker,
+    Process,
+    cluster_counters,
+    engine_args,
+    wait_workers,
+)
 
 RETRIES_503 = 60
 SUBNET = "10.214.{}.{}"
@@ -60,7 +69,7 @@ class Nodes(Broker):
         super().__init__(logs)
         self.nodes = nodes
         if nodes > 1:  # runs of `nodes` free ports for AMQP, distribution and management
-            self.port, dist, self.mgmt_port = (_run_base(nodes) for _ in range(3))
+            self.port, dist, self.mgmt_port = free_port_runs(3, nodes)
             self.env.update(
                 OUTPOST_BROKER_PORT=str(self.port),
                 OUTPOST_BROKER_DIST_PORT=str(dist),
@@ -112,29 +121,6 @@ class Nodes(Broker):
     def flags(self, host: str | None = None) -> list[str]:
         urls = self.urls if host is None else [f"amqp://outpost@{host}:{self.port}/"]
         return ["--broker", ",".join(urls), "--broker-password-file", str(self.password_file)]
-
-
-def _free_run(base: int, n: int) -> bool:
-    import socket
-
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for k, s in enumerate(socks):
-            s.bind(("127.0.0.1", base + k))
-        return True
-    except OSError:
-        return False
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _run_base(n: int) -> int:
-    for _ in range(100):
-        base = free_port()
-        if base + n < 65536 and _free_run(base, n):
-            return base
-    raise RuntimeError(f"no {n} consecutive free ports")
 
 
 @dataclass

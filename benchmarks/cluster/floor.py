@@ -16,8 +16,8 @@ from typing import Any
 
 import aio_pika
 
-from cluster.common import ms
-from harness.procs import Broker
+from benchmarks.cluster.common import ms
+from benchmarks.harness.procs import Broker
 from outpost.bench.stats import stats
 
 FLOOR_MESSAGES = 200

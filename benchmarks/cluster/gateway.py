@@ -1,7 +1,7 @@
-"""benchmarks/cluster.py's scenario (f): the gateway alone, against fake workers (no model).
+"""benchmarks/cluster/'s scenario (f): the gateway alone, against fake workers (no model).
 
 The gateway is pinned alone to `--gateway-cpus`; the broker, the fake workers
-(benchmarks/fake_worker.py: the real Worker over an engine that answers at once or at a fixed
+(benchmarks/cluster/fake_worker.py: the real Worker over an engine that answers at once or at a fixed
 pace) and this load generator share `--fake-cpus`. Two sweeps, each level bounded in time:
 
 - request rate: short non-streamed chat requests (`--gw-tokens` tokens, answered at once) from
@@ -26,11 +26,11 @@ from collections import Counter
 from contextlib import ExitStack
 from typing import Any
 
-from cluster.common import Ctx, ms, pct
-from cluster.http1 import NET_ERRORS, HttpConnection, stream
-from cluster.stream import StreamRecord, chat_body
-from harness.common import log
-from harness.procs import Broker, Process, cpu_seconds, fake_worker, gateway, pinned, wait_workers
+from benchmarks.cluster.common import Ctx, ms, pct
+from benchmarks.cluster.http1 import NET_ERRORS, HttpConnection, stream
+from benchmarks.cluster.stream import StreamRecord, chat_body
+from benchmarks.harness.common import log
+from benchmarks.harness.procs import Broker, Process, cpu_seconds, fake_worker, gateway, pinned, wait_workers
 
 ERROR_LIMIT = 0.01
 GAP_LIMIT = 2.0  # intervals: a stream's longest wait between tokens may be this many

@@ -1,4 +1,4 @@
-"""benchmarks/cluster.py's scenario (c): prefix-aware routing on vs off.
+"""benchmarks/cluster/'s scenario (c): prefix-aware routing on vs off.
 
 Two gateways (the closed-loop users alternate between them) in front of two workers whose KV
 holds at most two of the workload's four system prompts. Shared-prefix workload: every request
@@ -26,9 +26,9 @@ from contextlib import AsyncExitStack, ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.common import Ctx, closed_loop, ms, ratio, target
-from harness.common import log
-from harness.procs import Broker, cluster_counters, gateway, live_workers, wait_workers, worker
+from benchmarks.cluster.common import Ctx, closed_loop, ms, ratio, target
+from benchmarks.harness.common import log
+from benchmarks.harness.procs import Broker, cluster_counters, gateway, live_workers, wait_workers, worker
 from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
 from outpost.bench.progress import Progress
 from outpost.bench.prompts import Fitted, Prompt, PromptBuilder

@@ -1,7 +1,8 @@
-"""The processes benchmarks/cluster.py runs: a RabbitMQ broker (scripts/broker.sh on free ports),
-`outpost gateway` / `outpost worker` / `outpost serve` and the fake workers (benchmarks/fake_worker.py),
-each optionally pinned to CPUs with `taskset -c`, its stderr in a log file; plus what is read from
-them while they run (live workers on /health, `outpost_cluster_*` counters on /metrics, CPU time).
+"""The processes `python -m benchmarks.cluster` runs: a RabbitMQ broker (scripts/broker.sh on free
+ports), `outpost gateway` / `outpost worker` / `outpost serve` and the fake workers
+(benchmarks/cluster/fake_worker.py), each optionally pinned to CPUs with `taskset -c`, its stderr in a
+log file; plus what is read from them while they run (live workers on /health, `outpost_cluster_*`
+counters on /metrics, CPU time).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,24 +23,12 @@ from typing import IO
 
 import httpx
 
-from harness.common import BENCHMARKS, free_port, wait_ready
+from benchmarks.harness.common import BENCHMARKS, wait_ready
+from benchmarks.harness.ports import free_port, free_ports
 
 OUTPOST = [sys.executable, "-m", "outpost.cli"]
 BROKER_SH = BENCHMARKS.parent / "scripts" / "broker.sh"
-FAKE_WORKER = BENCHMARKS / "fake_worker.py"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct free loopback ports (held together while picked, so they differ)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def pin(cpus: str | None) -> list[str]:
@@ -199,8 +187,8 @@ def worker(
 def fake_worker(
     broker: Broker, model_id: str, slots: int, interval: float, cpus: str | None, logs: Path, worker_id: str
 ) -> Process:
-    """benchmarks/fake_worker.py: the real Worker over an engine with no model."""
-    argv = [sys.executable, str(FAKE_WORKER), *broker.flags(), "--model-id", model_id]
+    """benchmarks/cluster/fake_worker.py: the real Worker over an engine with no model."""
+    argv = [sys.executable, "-m", "benchmarks.cluster.fake_worker", *broker.flags(), "--model-id", model_id]
     argv += ["--slots", str(slots), "--token-interval", str(interval), "--worker-id", worker_id]
     return Process(f"fake-{worker_id}@{cpus or 'all'}", argv, cpus, logs, grace=15.0)
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from broker_fixture import Broker
 from fake_backend import FakeBackend
-from ports import free_ports
 from test_cluster_broker import cluster, collect, request, tokens, until
 
+from benchmarks.harness.ports import free_ports
 from outpost.cluster.gateway import GatewayLink
 from outpost.cluster.remote import RemoteBackend
 from outpost.cluster.worker import Worker

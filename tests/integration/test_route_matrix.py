@@ -25,8 +25,8 @@ import httpx
 import pytest
 import uvicorn
 from fake_backend import FakeBackend, FakeCodec
-from ports import free_port
 
+from benchmarks.harness.ports import free_port
 from outpost.api.app import create_app
 from outpost.cluster.gateway import GatewayLink
 from outpost.cluster.remote import RemoteBackend
