@@ -1,6 +1,6 @@
 """A cluster worker with no model, for benchmarks/cluster/'s scenario (f): the gateway alone.
 
-The real `outpost.cluster.worker.Worker` (intake, replies, acks, heartbeats: everything a worker
+The real `outpost.cluster.worker.service.Worker` (intake, replies, acks, heartbeats: everything a worker
 does on the broker) over `FakeEngine`, an `InferenceBackend` which answers every request with
 `max_tokens` tokens at once (`--token-interval 0`) or the first at once and then one every
 `--token-interval` seconds, from one thread and a timer heap, so a worker can hold thousands of
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from outpost.backend import BackendStats
-from outpost.cluster.topology import broker_url
-from outpost.cluster.worker import serve_worker
+from outpost.cluster.broker.connection import broker_url
+from outpost.cluster.worker.main import serve_worker
 from outpost.messages import FinishReason, GenerateRequest, Timings, TokenEvent
 
 Sink = Callable[[TokenEvent], None]

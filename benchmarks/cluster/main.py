@@ -34,7 +34,7 @@ and `--infra-cpus` for (a), `--worker-cpus` (worker i on the i-th, round robin) 
     (cluster/chaos.py, cluster/stream.py).
 (e) a burst of `--burst` requests sent at once at 2 workers of 4 slots behind a queue of 256.
 (f) the gateway alone on a core against fake workers (benchmarks/cluster/fake_worker.py, no model):
-    requests/s and concurrent open streams at the knee (cluster/gateway.py).
+    requests/s and concurrent open streams at the knee (benchmarks/cluster/gateway.py).
 The fault matrix (cluster/faults.py; not in the default list, name them): restart-idle, restart,
     kill9, node-kill, worker-cut, gateway-cut, worker-kill-loop, e.g.
     python -m benchmarks.cluster --shape tiny --scenarios restart,kill9,node-kill --fault-seconds 60

@@ -19,9 +19,9 @@ from fake_backend import FakeBackend
 from test_cluster_broker import cluster, collect, request, tokens, until
 
 from benchmarks.harness.ports import free_ports
-from outpost.cluster.gateway import GatewayLink
-from outpost.cluster.remote import RemoteBackend
-from outpost.cluster.worker import Worker
+from outpost.cluster.gateway.link import GatewayLink
+from outpost.cluster.gateway.remote import RemoteBackend
+from outpost.cluster.worker.service import Worker
 from outpost.messages import BackendUnavailable, FinishReason, TokenEvent
 
 pytestmark = pytest.mark.cluster

@@ -18,10 +18,10 @@ from broker_fixture import Broker
 from test_cluster_broker import collect, request, until
 from test_cluster_broker_faults import LIMIT_S, PROMPT, _model, assert_complete, held_engine
 
-from outpost.cluster import topology
-from outpost.cluster.gateway import GatewayLink
-from outpost.cluster.remote import RemoteBackend
-from outpost.cluster.worker import Worker
+from outpost.cluster.broker import topology
+from outpost.cluster.gateway.link import GatewayLink
+from outpost.cluster.gateway.remote import RemoteBackend
+from outpost.cluster.worker.service import Worker
 
 pytestmark = pytest.mark.cluster
 

@@ -10,7 +10,7 @@ Pull balancing: the worker reads the model's shared queue and its own lane (requ
 routed to it for the prefix its KV holds) through exactly one single-message consumer per slot
 (intake.py), so it never holds more unacked requests than it can run; the rest wait in the broker.
 Its heartbeat says its load, its lane, and the block hashes of what its slots hold (prefix.py),
-which is what gateways route by. Each request runs in `runs.Runs`: its events (its backend's
+which is what gateways route by. Each request runs in `requests.Runs`: its events (its backend's
 `EventStream`) are gathered while the previous reply's publisher confirm is awaited
 (`outbox.step_batches`), so a request sends at most one message per engine step (and fewer when
 steps are faster than a broker round trip); the batches of all requests bound for one gateway travel
@@ -44,15 +44,16 @@ from aiormq.exceptions import AMQPError, ChannelInvalidStateError, PublishError
 
 from outpost import tracing
 from outpost.backend import InferenceBackend
-from outpost.cluster import embed, topology, wire
-from outpost.cluster.cancels import CancelMemory
+from outpost.cluster import embed, wire
+from outpost.cluster.broker import topology
+from outpost.cluster.broker.session import BrokerSession, survive_connection_loss
 from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat, template_hash
-from outpost.cluster.intake import LANE, SHARED, Intake
-from outpost.cluster.outbox import Outboxes
 from outpost.cluster.prefix import BLOCK, PrefixIndex
-from outpost.cluster.resume import ResumeUnanswered, ask_resume, continued, may_have_started, park
-from outpost.cluster.runs import Runs, final_without_running
-from outpost.cluster.session import BrokerSession, survive_connection_loss
+from outpost.cluster.worker.cancels import CancelMemory
+from outpost.cluster.worker.intake import LANE, SHARED, Intake
+from outpost.cluster.worker.outbox import Outboxes
+from outpost.cluster.worker.requests import Runs, final_without_running
+from outpost.cluster.worker.resume import ResumeUnanswered, ask_resume, continued, may_have_started, park
 from outpost.messages import TokenEvent
 
 if TYPE_CHECKING:
@@ -271,7 +272,7 @@ class Worker:
         except (AMQPError, ConnectionError, ChannelInvalidStateError, asyncio.CancelledError) as exc:
             if isinstance(exc, asyncio.CancelledError) and _cancelling():
                 raise
-            # The connection went under it: the broker gives the request again (session.py).
+            # The connection went under it: the broker gives the request again (broker/session.py).
             _log.warning("worker %s: lost the broker while serving a request (%r)", self.worker_id, exc)
         except ResumeUnanswered as exc:
             _log.warning(
@@ -382,28 +383,3 @@ class Worker:
     async def _publish_reply(self, reply_to: str, body: bytes, correlation: str) -> None:
         message = aio_pika.Message(body, correlation_id=correlation or None)
         await self._pub.default_exchange.publish(message, routing_key=reply_to, mandatory=True, timeout=30)
-
-
-async def serve_worker(
-    url: str | Sequence[str],
-    model: str,
-    backend: InferenceBackend,
-    worker_id: str | None = None,
-    tracer: Tracer | None = None,
-    quorum_size: int | None = None,
-) -> int:
-    """Run a worker until SIGTERM / SIGINT, then drain; returns the exit code."""
-    import signal
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    worker = Worker(url, model, backend, worker_id, tracer, quorum_size)
-    try:
-        await worker.run(stop)
-    finally:
-        if tracer is not None:
-            tracer.flush()
-    _log.warning("worker %s: drained after %d requests", worker.worker_id, worker.completed)
-    return 0

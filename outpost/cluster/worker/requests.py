@@ -22,9 +22,9 @@ from aiormq.exceptions import PublishError
 
 from outpost.backend import EventStream, InferenceBackend
 from outpost.cluster import wire
-from outpost.cluster.cancels import CancelMemory
-from outpost.cluster.outbox import step_batches
-from outpost.cluster.session import GATEWAY_GRACE_S
+from outpost.cluster.broker.publish import publish_to_gateway
+from outpost.cluster.worker.cancels import CancelMemory
+from outpost.cluster.worker.outbox import step_batches
 from outpost.messages import (
     ContextExceeded,
     FinishReason,
@@ -131,12 +131,4 @@ class Runs:
         """Send `batch`; False if its gateway is gone. Unroutable soon after this worker's own
         (re)connect means it may still be declaring its reply queue again: the batch is retried
         (the backend's next events wait in its stream meanwhile)."""
-        for _ in range(int(GATEWAY_GRACE_S / 0.5) + 2):  # bounded: grace / retry interval
-            try:
-                await send(batch)
-                return True
-            except PublishError:
-                if self.since_connected() >= GATEWAY_GRACE_S:
-                    return False
-                await asyncio.sleep(0.5)
-        return False
+        return await publish_to_gateway(lambda: send(batch), self.since_connected)
