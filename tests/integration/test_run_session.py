@@ -15,7 +15,7 @@ import pytest
 from outpost.engine.config import EngineConfig
 from outpost.messages import SamplingParams
 from outpost.run import ChatSession, RepeatGuard
-from outpost.runtime import Engine
+from outpost.serving.assembly import Engine
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,13 @@
 """A worker's requests on its backend: each one from `submit` to its final event, replied per step.
 
-`Runs` submits a request to the worker's `InferenceBackend` and sends its events to the request's
-gateway a batch per engine step (`outbox.step_batches`) through the `send` it is given. A batch
-the broker cannot route means the gateway is gone: the request is aborted and nothing more is sent
-(soon after the worker's own reconnect the gateway may still be declaring its reply queue again,
-so the batch is retried first). A request the backend refuses ends with one final error event,
-carrying serve's 400 when it is too long for the backend's context. It also ends the copy still
-running here of a request redelivered after this worker's own channel broke, and tells
-`CancelMemory` which attempt of each request runs.
+`BackendRequests` submits a request to the worker's `InferenceBackend` and sends its events to the
+request's gateway a batch per engine step (`outbox.step_batches`) through the `send` it is given. A batch
+the broker cannot route means the gateway is gone: the request is aborted and nothing more is sent (soon
+after the worker's own reconnect the gateway may still be declaring its reply queue again, so the batch
+is retried first: broker/publish.py). A request the backend refuses ends with one final error event,
+carrying serve's 400 when it is too long for the backend's context. It also ends the copy still running
+here of a request redelivered after this worker's own channel broke, and tells `CancelMemory` which
+attempt of each request runs.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def final_without_running(request: GenerateRequest) -> TokenEvent | None:
     return None
 
 
-class Runs:
+class BackendRequests:
     """The requests a worker's backend is running, by id."""
 
     def __init__(
