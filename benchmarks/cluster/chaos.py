@@ -25,13 +25,14 @@ import httpx
 
 from benchmarks.cluster.common import Ctx, ms, pct, target
 from benchmarks.cluster.stream import StreamRecord, chat_body, stream
+from benchmarks.harness.broker import Broker
 from benchmarks.harness.common import log
 from benchmarks.harness.procs import (
-    Broker,
     Process,
     cluster_counters,
     engine_args,
     gateway,
+    running_broker,
     wait_workers,
     worker,
 )
@@ -232,7 +233,7 @@ def scenario_d(ctx: Ctx) -> dict[str, Any]:
     a = ctx.args
     users = max(1, round(a.chaos_load * 2 * a.chaos_slots))
     with ExitStack() as stack:
-        broker = stack.enter_context(Broker(ctx.logs))
+        broker = stack.enter_context(running_broker(ctx.logs))
         fleet = Fleet(ctx, broker, stack)
         gw, _ = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 1024))
         wait_workers(gw, 2, fleet.procs)

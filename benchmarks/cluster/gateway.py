@@ -29,8 +29,17 @@ from typing import Any
 from benchmarks.cluster.common import Ctx, ms, pct
 from benchmarks.cluster.http1 import NET_ERRORS, HttpConnection, stream
 from benchmarks.cluster.stream import StreamRecord, chat_body
+from benchmarks.harness.broker import Broker
 from benchmarks.harness.common import log
-from benchmarks.harness.procs import Broker, Process, cpu_seconds, fake_worker, gateway, pinned, wait_workers
+from benchmarks.harness.procs import (
+    Process,
+    cpu_seconds,
+    fake_worker,
+    gateway,
+    pinned,
+    running_broker,
+    wait_workers,
+)
 
 ERROR_LIMIT = 0.01
 GAP_LIMIT = 2.0  # intervals: a stream's longest wait between tokens may be this many
@@ -211,7 +220,7 @@ def scenario_f(ctx: Ctx) -> dict[str, Any]:
     stream_slots = max(ints(a.gw_stream_levels)) // n + 16
     with ExitStack() as stack:
         stack.enter_context(pinned(a.fake_cpus))
-        broker = stack.enter_context(Broker(ctx.logs, a.fake_cpus))
+        broker = stack.enter_context(running_broker(ctx.logs, a.fake_cpus))
         gw, gproc = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 100_000, a.gateway_cpus))
         with ExitStack() as fakes_stack:
             fakes = _fakes(ctx, broker, fakes_stack, rate_slots, 0.0, "rate")

@@ -15,8 +15,6 @@ import httpx
 from outpost.engine.config import EngineConfig
 from outpost.models import outpost_home, write_synthetic_model
 
-BENCHMARKS = Path(__file__).resolve().parent.parent  # benchmarks/: the entry scripts, run by path
-
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)

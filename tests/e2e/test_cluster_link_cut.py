@@ -30,10 +30,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from broker_fixture import Broker
 from cluster_harness import Proc, live
 from server_harness import OUTPOST, free_port
 
+from benchmarks.harness.broker import Broker
 from benchmarks.harness.netns import Host, Link, unavailable
 
 pytestmark = [pytest.mark.cluster, pytest.mark.broker]

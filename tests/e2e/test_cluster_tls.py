@@ -22,13 +22,13 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from broker_fixture import Broker
 from cluster_harness import START_TIMEOUT, Gateway, Proc, live, worker
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from benchmarks.harness.broker import Broker
 from outpost.cluster.broker import connection
 
 pytestmark = [pytest.mark.cluster, pytest.mark.broker]

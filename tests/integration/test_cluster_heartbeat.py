@@ -8,8 +8,8 @@ import asyncio
 
 import httpx
 import pytest
-from broker_fixture import Broker
 
+from benchmarks.harness.broker import Broker
 from outpost.cluster.broker import connection
 from outpost.cluster.broker.session import AMQP_HEARTBEAT_S
 
