@@ -48,7 +48,7 @@ def summarize(
 ) -> list[Summary]:
     """One summary of `document` per seed, by `outpost run --preset summarize` plus `run_flags`
     (without its repeat guard where `guard` is False: the preset as it was before it had one)."""
-    from outpost.runtime import Engine
+    from outpost.serving.assembly import Engine
 
     args = build_parser().parse_args(["run", "-m", model, "--preset", "summarize", *run_flags])
     settings = replace(run_settings(args), stop_on_loop=guard)

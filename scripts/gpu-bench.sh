@@ -12,10 +12,10 @@
 #      (-DLLAMA_BUILD=OFF) and pointed at that build (its lib/ and LLAMA_CPP_LIB_PATH)
 #   5. llama.cpp's device list as Outpost reads it (outpost/engine/devices.py) -> env.json
 #   6. a SmolLM2-1.7B-shaped f16 model with random weights (`outpost models synth`)
-#   7. greedy token ids, Outpost -ngl 99 vs llama-server -ngl 99 (benchmarks/gpu_greedy.py) -> greedy.json
-#   8. serve at 1, 32 and 64 streams, both servers with the same -ngl/-np/-c/-t (benchmarks/serve.py,
+#   7. greedy token ids, Outpost -ngl 99 vs llama-server -ngl 99 (benchmarks/gpu/greedy.py) -> greedy.json
+#   8. serve at 1, 32 and 64 streams, both servers with the same -ngl/-np/-c/-t (benchmarks/serve/,
 #      one call per level so each level's figures land) -> serve.jsonl
-#   9. the docs table from those files (benchmarks/gpu_report.py) -> table.md
+#   9. the docs table from those files (benchmarks/gpu/report.py) -> table.md
 # --setup-only: steps 1-6, then the environment for later commands in $BUILD/env.sh (diagnostics);
 # --skip-greedy: no step 7 (a second call on a warm machine, for the serve levels alone).
 # --resume: reuse what an earlier call on this (warm) machine finished with the same options (its
@@ -195,7 +195,7 @@ if [ "$GREEDY" = 1 ] && [ "$RESUME" = 1 ] && [ -f "$DONE/greedy.json" ]; then
   cp "$DONE/greedy.json" "$OUT/greedy.json"
   log "greedy: from an earlier call on this machine ($DONE)"
 elif [ "$GREEDY" = 1 ]; then
-  "$PY" benchmarks/gpu_greedy.py --model "$MODEL" --llama-server "$B/bin/llama-server" --ngl "$NGL" \
+  "$PY" -m benchmarks.gpu greedy --model "$MODEL" --llama-server "$B/bin/llama-server" --ngl "$NGL" \
     --prompts "$PROMPTS" --tokens "$TOKENS" --threads "$THREADS" --out "$OUT/greedy.json" \
     > "$WORK/greedy.out" 2> "$WORK/greedy.log" || fail "$WORK/greedy.log"
   log "greedy: $(tail -1 "$WORK/greedy.out")"
@@ -237,7 +237,7 @@ for level in ${LEVELS//,/ }; do
   fi
   extra=()
   [ -n "$REQUESTS" ] && extra=(--requests "$REQUESTS" --warmup "$level")
-  LLAMA_SERVER=$B/bin/llama-server "$PY" benchmarks/serve.py --model "$MODEL" --ngl "$NGL" \
+  LLAMA_SERVER=$B/bin/llama-server "$PY" -m benchmarks.serve --model "$MODEL" --ngl "$NGL" \
     --parallel "$PARALLEL" --threads "$THREADS" --levels "$level" --rounds 1 --scenarios throughput \
     --no-llama-cpp-python --out "$WORK/serve-$level" "${extra[@]}" \
     > "$WORK/serve-$level.out" 2> "$WORK/serve-$level.log" || fail "$WORK/serve-$level.log"
@@ -252,6 +252,6 @@ for level in ${LEVELS//,/ }; do
 done
 
 step "9. table"
-"$PY" benchmarks/gpu_report.py "$OUT" > "$OUT/table.md" || fail "$OUT/table.md"
+"$PY" -m benchmarks.gpu report "$OUT" > "$OUT/table.md" || fail "$OUT/table.md"
 cat "$OUT/table.md" >&2
 log "done: $OUT"

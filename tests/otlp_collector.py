@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from ports import free_ports
+
+from benchmarks.harness.ports import free_ports
 
 
 @dataclass

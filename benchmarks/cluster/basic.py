@@ -1,4 +1,4 @@
-"""benchmarks/cluster.py's scenarios (a), (b) and (e): the gateway's overhead, scaling to a second
+"""benchmarks/cluster/'s scenarios (a), (b) and (e): the gateway's overhead, scaling to a second
 worker, and a burst at a bounded queue. Each starts its own broker and processes and stops them."""
 
 from __future__ import annotations
@@ -7,11 +7,20 @@ import statistics
 from contextlib import ExitStack
 from typing import Any
 
-from cluster.common import Ctx, bench, ms, ratio, run_of, target
-from cluster.floor import broker_floor
-from cluster.paired import paired_one_stream
-from harness.common import log
-from harness.procs import Broker, cpu_set, engine_args, gateway, pinned, serve, wait_workers, worker
+from benchmarks.cluster.common import Ctx, bench, ms, ratio, run_of, target
+from benchmarks.cluster.floor import broker_floor
+from benchmarks.cluster.paired import paired_one_stream
+from benchmarks.harness.common import log
+from benchmarks.harness.procs import (
+    cpu_set,
+    engine_args,
+    gateway,
+    pinned,
+    running_broker,
+    serve,
+    wait_workers,
+    worker,
+)
 from outpost.bench.records import RequestRecord, RunSummary, Stats
 from outpost.bench.stats import stats
 
@@ -80,7 +89,7 @@ def scenario_a(ctx: Ctx) -> dict[str, Any]:
     engine = engine_args(ctx.model, threads, A_SLOTS)
     with ExitStack() as stack:
         stack.enter_context(pinned(args.infra_cpus))
-        broker = stack.enter_context(Broker(ctx.logs, args.infra_cpus))
+        broker = stack.enter_context(running_broker(ctx.logs, args.infra_cpus))
         floor = broker_floor(broker)
         log(f"(a) the broker's two hops alone (aio-pika, from the infra CPUs): {floor['both']} ms")
         urls: dict[str, str] = {}
@@ -156,7 +165,7 @@ def scenario_b(ctx: Ctx) -> dict[str, Any]:
     args = ctx.args
     engine = engine_args(ctx.model, 1, 8)
     with ExitStack() as stack:
-        broker = stack.enter_context(Broker(ctx.logs))
+        broker = stack.enter_context(running_broker(ctx.logs))
         w1 = stack.enter_context(worker(broker, engine, ctx.worker_cpus(0), ctx.logs, "b-w0"))
         gw, _ = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 1024))
         wait_workers(gw, 1, [w1])
@@ -184,7 +193,7 @@ def scenario_e(ctx: Ctx) -> dict[str, Any]:
     args = ctx.args
     engine = engine_args(ctx.model, 1, 4)
     with ExitStack() as stack:
-        broker = stack.enter_context(Broker(ctx.logs))
+        broker = stack.enter_context(running_broker(ctx.logs))
         workers = [
             stack.enter_context(worker(broker, engine, ctx.worker_cpus(i), ctx.logs, f"e-w{i}"))
             for i in range(2)

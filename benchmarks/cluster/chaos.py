@@ -1,4 +1,4 @@
-"""benchmarks/cluster.py's scenario (d): chaos. Two workers at ~`--chaos-load` of their slots with
+"""benchmarks/cluster/'s scenario (d): chaos. Two workers at ~`--chaos-load` of their slots with
 streamed greedy requests while one of them is SIGKILLed every `--kill-every` s (alternately) and a
 new one started in its place (the next kill waits until the gateway's /health lists it live), for
 `--chaos-seconds`. Every stream is checked by cluster/stream.py: a final outcome, every token
@@ -23,10 +23,19 @@ from typing import Any
 
 import httpx
 
-from cluster.common import Ctx, ms, pct, target
-from cluster.stream import StreamRecord, chat_body, stream
-from harness.common import log
-from harness.procs import Broker, Process, cluster_counters, engine_args, gateway, wait_workers, worker
+from benchmarks.cluster.common import Ctx, ms, pct, target
+from benchmarks.cluster.stream import StreamRecord, chat_body, stream
+from benchmarks.harness.broker import Broker
+from benchmarks.harness.common import log
+from benchmarks.harness.procs import (
+    Process,
+    cluster_counters,
+    engine_args,
+    gateway,
+    running_broker,
+    wait_workers,
+    worker,
+)
 from outpost.bench.prompts import COMMON_WORDS
 
 SAMPLE_S = 0.5  # the in-flight timeline's resolution
@@ -224,7 +233,7 @@ def scenario_d(ctx: Ctx) -> dict[str, Any]:
     a = ctx.args
     users = max(1, round(a.chaos_load * 2 * a.chaos_slots))
     with ExitStack() as stack:
-        broker = stack.enter_context(Broker(ctx.logs))
+        broker = stack.enter_context(running_broker(ctx.logs))
         fleet = Fleet(ctx, broker, stack)
         gw, _ = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 1024))
         wait_workers(gw, 2, fleet.procs)

@@ -1,4 +1,4 @@
-"""What benchmarks/cluster.py's scenarios share: the run context, the `outpost bench` workload, a
+"""What benchmarks/cluster/'s scenarios share: the run context, the `outpost bench` workload, a
 closed loop over several gateways, and small helpers for numbers and targets."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.common import log
+from benchmarks.harness.common import log
 from outpost.bench.client import PATHS, request_body, send
 from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
 from outpost.bench.progress import Progress

@@ -1,6 +1,6 @@
-"""A cluster worker with no model, for benchmarks/cluster.py's scenario (f): the gateway alone.
+"""A cluster worker with no model, for benchmarks/cluster/'s scenario (f): the gateway alone.
 
-The real `outpost.cluster.worker.Worker` (intake, replies, acks, heartbeats: everything a worker
+The real `outpost.cluster.worker.service.Worker` (intake, replies, acks, heartbeats: everything a worker
 does on the broker) over `FakeEngine`, an `InferenceBackend` which answers every request with
 `max_tokens` tokens at once (`--token-interval 0`) or the first at once and then one every
 `--token-interval` seconds, from one thread and a timer heap, so a worker can hold thousands of
@@ -8,7 +8,7 @@ slow streams without a thread each. Its token ids are taken from the prompt (val
 gateway's vocabulary), its text is one short word per token.
 
 Not run by hand, except to try it:
-    python benchmarks/fake_worker.py --broker amqp://outpost@127.0.0.1:5672/ \\
+    python -m benchmarks.cluster.fake_worker --broker amqp://outpost@127.0.0.1:5672/ \\
         --broker-password-file PASSWORD --model-id tiny-q4_0 --slots 256 --token-interval 0
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from outpost.backend import BackendStats
-from outpost.cluster.topology import broker_url
-from outpost.cluster.worker import serve_worker
+from outpost.cluster.broker.connection import broker_url
+from outpost.cluster.worker.main import serve_worker
 from outpost.messages import FinishReason, GenerateRequest, Timings, TokenEvent
 
 Sink = Callable[[TokenEvent], None]
@@ -172,3 +172,7 @@ def main() -> None:
     engine = FakeEngine(args.slots, args.token_interval)
     url = broker_url(args.broker, args.broker_password_file)
     raise SystemExit(asyncio.run(serve_worker(url, args.model_id, engine, args.worker_id)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,4 +1,4 @@
-"""benchmarks/cluster.py's fault matrix (issue 28): the broker and the links fail under load.
+"""benchmarks/cluster/'s fault matrix (issue 28): the broker and the links fail under load.
 
 Each scenario starts a broker (scripts/broker.sh, one node or `--nodes 3`), two workers (the run's
 synthetic model, `--fault-slots` slots each) and a gateway, runs `--fault-load` x all slots of
@@ -27,114 +27,34 @@ The namespace scenarios need root and `ip netns`; elsewhere they are recorded as
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from cluster.chaos import prompt_pool, scenario_d
-from cluster.common import Ctx, ms, pct, target
-from cluster.stream import StreamRecord, chat_body, stream
-from harness.common import free_port, log, wait_ready
-from harness.netns import Host, Link, unavailable
-from harness.procs import BROKER_SH, OUTPOST, Broker, Process, cluster_counters, engine_args, wait_workers
+from benchmarks.cluster.chaos import prompt_pool, scenario_d
+from benchmarks.cluster.common import Ctx, ms, pct, target
+from benchmarks.cluster.stream import StreamRecord, chat_body, stream
+from benchmarks.harness.broker import Broker
+from benchmarks.harness.common import log, wait_ready
+from benchmarks.harness.netns import Host, Link, unavailable
+from benchmarks.harness.ports import free_port
+from benchmarks.harness.procs import (
+    OUTPOST,
+    Process,
+    cluster_counters,
+    engine_args,
+    running_broker,
+    wait_workers,
+)
 
 RETRIES_503 = 60
 SUBNET = "10.214.{}.{}"
-
-
-class Nodes(Broker):
-    """scripts/broker.sh with `nodes` nodes (node k on each port + k - 1), optionally listening on
-    more addresses (`listen`: veth ends); stop / start / kill -9 of one node in place."""
-
-    def __init__(self, logs: Path, nodes: int = 1, listen: tuple[str, ...] = ()) -> None:
-        super().__init__(logs)
-        self.nodes = nodes
-        if nodes > 1:  # runs of `nodes` free ports for AMQP, distribution and management
-            self.port, dist, self.mgmt_port = (_run_base(nodes) for _ in range(3))
-            self.env.update(
-                OUTPOST_BROKER_PORT=str(self.port),
-                OUTPOST_BROKER_DIST_PORT=str(dist),
-                OUTPOST_BROKER_MGMT_PORT=str(self.mgmt_port),
-            )
-            self.url = f"amqp://outpost@127.0.0.1:{self.port}/"
-            self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}/"
-        if listen:
-            self.env["OUTPOST_BROKER_LISTEN"] = " ".join(listen)
-        self.urls = [f"amqp://outpost@127.0.0.1:{self.port + k}/" for k in range(nodes)]
-
-    def _sh(self, command: str, timeout: float = 900) -> None:
-        extra = ["--nodes", str(self.nodes)] if self.nodes > 1 else []
-        subprocess.run(
-            [str(BROKER_SH), command, *extra],
-            env=self.env,
-            check=True,
-            timeout=timeout,
-            stdout=subprocess.DEVNULL,
-        )
-
-    def __enter__(self) -> Nodes:
-        self._sh("start")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(subprocess.SubprocessError):
-            self._sh("stop", 300)
-        super().__exit__(*exc)
-
-    def start(self) -> None:
-        self._sh("start")
-
-    def stop(self) -> None:
-        self._sh("stop", 300)
-
-    def kill9(self, node: int = 1) -> None:
-        folder = self.dir if node == 1 else self.dir / f"node{node}"
-        pid = int((folder / "rabbit.pid").read_text().strip())
-        os.kill(pid, signal.SIGKILL)
-        for _ in range(600):  # bounded: 60 s
-            try:
-                if "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text():
-                    return
-            except OSError:
-                return
-            time.sleep(0.1)
-
-    def flags(self, host: str | None = None) -> list[str]:
-        urls = self.urls if host is None else [f"amqp://outpost@{host}:{self.port}/"]
-        return ["--broker", ",".join(urls), "--broker-password-file", str(self.password_file)]
-
-
-def _free_run(base: int, n: int) -> bool:
-    import socket
-
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for k, s in enumerate(socks):
-            s.bind(("127.0.0.1", base + k))
-        return True
-    except OSError:
-        return False
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _run_base(n: int) -> int:
-    for _ in range(100):
-        base = free_port()
-        if base + n < 65536 and _free_run(base, n):
-            return base
-    raise RuntimeError(f"no {n} consecutive free ports")
 
 
 @dataclass
@@ -270,7 +190,7 @@ def _targets(name: str, out: dict[str, Any]) -> list[dict[str, Any]]:
 
 @contextmanager
 def _gateway(
-    ctx: Ctx, broker: Nodes, host: Host | None = None, client: Link | None = None, via: Link | None = None
+    ctx: Ctx, broker: Broker, host: Host | None = None, client: Link | None = None, via: Link | None = None
 ) -> Iterator[str]:
     """A ready gateway (in `host`, reached over `client`, to the broker over `via`, when given)."""
     port = free_port()
@@ -284,7 +204,9 @@ def _gateway(
         yield url
 
 
-def _worker(ctx: Ctx, broker: Nodes, name: str, host: Host | None = None, via: Link | None = None) -> Process:
+def _worker(
+    ctx: Ctx, broker: Broker, name: str, host: Host | None = None, via: Link | None = None
+) -> Process:
     engine = engine_args(ctx.model, 1, ctx.args.fault_slots)
     args = [*OUTPOST, "worker", *broker.flags(via.host_addr if via else None), *engine, "--worker-id", name]
     return Process(name, host.argv(args) if host else args, None, ctx.logs)
@@ -303,7 +225,7 @@ def _cut(link: Link, seconds: float) -> Callable[[Load], None]:
     return fault
 
 
-def _broker_fault(broker: Nodes, name: str, down_s: float) -> Callable[[Load], None]:
+def _broker_fault(broker: Broker, name: str, down_s: float) -> Callable[[Load], None]:
     def fault(load: Load) -> None:
         if name == "restart":
             load.mark("broker stop")
@@ -340,7 +262,7 @@ def _fault_run(ctx: Ctx, name: str) -> dict[str, Any]:
                 for i in range(2)
             ]
         listen = (links[0].host_addr,) if links else ()
-        broker = stack.enter_context(Nodes(ctx.logs, 3 if name == "node-kill" else 1, listen))
+        broker = stack.enter_context(running_broker(ctx.logs, None, 3 if name == "node-kill" else 1, listen))
         procs = [
             stack.enter_context(
                 _worker(

@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure
 
-from cluster.faults import FAULT_SCENARIOS
+from benchmarks.cluster.faults import FAULT_SCENARIOS
 
 HEADER = [
     "scenario",

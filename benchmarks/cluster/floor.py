@@ -16,8 +16,8 @@ from typing import Any
 
 import aio_pika
 
-from cluster.common import ms
-from harness.procs import Broker
+from benchmarks.cluster.common import ms
+from benchmarks.harness.broker import Broker
 from outpost.bench.stats import stats
 
 FLOOR_MESSAGES = 200
@@ -76,7 +76,7 @@ async def _hops(url: str, n: int) -> dict[str, list[float]]:
 
 def broker_floor(broker: Broker, n: int = FLOOR_MESSAGES) -> dict[str, Any]:
     """p50/p99 ms of each hop and of their sum (per message), on `broker`, from this process's CPUs."""
-    hops = asyncio.run(_hops(broker.client_url, n))
+    hops = asyncio.run(_hops(broker.url, n))
     both = [a + b for a, b in zip(hops["request"], hops["reply"], strict=True)]
     out: dict[str, Any] = {}
     for name, samples in (("request_hop", hops["request"]), ("reply_hop", hops["reply"]), ("both", both)):

@@ -1,7 +1,7 @@
-"""benchmarks/cluster.py's scenario (f): the gateway alone, against fake workers (no model).
+"""benchmarks/cluster/'s scenario (f): the gateway alone, against fake workers (no model).
 
 The gateway is pinned alone to `--gateway-cpus`; the broker, the fake workers
-(benchmarks/fake_worker.py: the real Worker over an engine that answers at once or at a fixed
+(benchmarks/cluster/fake_worker.py: the real Worker over an engine that answers at once or at a fixed
 pace) and this load generator share `--fake-cpus`. Two sweeps, each level bounded in time:
 
 - request rate: short non-streamed chat requests (`--gw-tokens` tokens, answered at once) from
@@ -26,11 +26,20 @@ from collections import Counter
 from contextlib import ExitStack
 from typing import Any
 
-from cluster.common import Ctx, ms, pct
-from cluster.http1 import NET_ERRORS, HttpConnection, stream
-from cluster.stream import StreamRecord, chat_body
-from harness.common import log
-from harness.procs import Broker, Process, cpu_seconds, fake_worker, gateway, pinned, wait_workers
+from benchmarks.cluster.common import Ctx, ms, pct
+from benchmarks.cluster.http1 import NET_ERRORS, HttpConnection, stream
+from benchmarks.cluster.stream import StreamRecord, chat_body
+from benchmarks.harness.broker import Broker
+from benchmarks.harness.common import log
+from benchmarks.harness.procs import (
+    Process,
+    cpu_seconds,
+    fake_worker,
+    gateway,
+    pinned,
+    running_broker,
+    wait_workers,
+)
 
 ERROR_LIMIT = 0.01
 GAP_LIMIT = 2.0  # intervals: a stream's longest wait between tokens may be this many
@@ -211,7 +220,7 @@ def scenario_f(ctx: Ctx) -> dict[str, Any]:
     stream_slots = max(ints(a.gw_stream_levels)) // n + 16
     with ExitStack() as stack:
         stack.enter_context(pinned(a.fake_cpus))
-        broker = stack.enter_context(Broker(ctx.logs, a.fake_cpus))
+        broker = stack.enter_context(running_broker(ctx.logs, a.fake_cpus))
         gw, gproc = stack.enter_context(gateway(broker, ctx.model, ctx.logs, 100_000, a.gateway_cpus))
         with ExitStack() as fakes_stack:
             fakes = _fakes(ctx, broker, fakes_stack, rate_slots, 0.0, "rate")

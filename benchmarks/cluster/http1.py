@@ -1,4 +1,4 @@
-"""A minimal HTTP/1.1 client on asyncio streams, for benchmarks/cluster.py's scenario (f).
+"""A minimal HTTP/1.1 client on asyncio streams, for benchmarks/cluster/'s scenario (f).
 
 (f) measures the gateway alone, and the load generator shares a core with the broker and the fake
 workers: httpx spent 1.5x the gateway's own CPU on the same streams (26% vs 18% of a core at 200
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from cluster.stream import StreamRecord, on_event
+from benchmarks.cluster.stream import StreamRecord, on_event
 
 LIMIT = 1 << 20  # the longest line the reader takes
 # What a request on a dead or garbled connection raises (ConnectionError is an OSError).

@@ -1,9 +1,9 @@
 """Cluster benchmark: `outpost gateway` + RabbitMQ + `outpost worker`s (issue 12's proofs a-f).
 
 Not a test. Run (on a quiet machine; one run, a few tens of minutes with the defaults):
-    python benchmarks/cluster.py                       # every scenario, SmolLM2-135M-shaped q4_0
-    python benchmarks/cluster.py --scenarios c,d --chaos-seconds 120
-    taskset -c 1 python benchmarks/cluster.py --shape tiny --engine-cpus 1 --infra-cpus 1 \\
+    python -m benchmarks.cluster                       # every scenario, SmolLM2-135M-shaped q4_0
+    python -m benchmarks.cluster --scenarios c,d --chaos-seconds 120
+    taskset -c 1 python -m benchmarks.cluster --shape tiny --engine-cpus 1 --infra-cpus 1 \\
         --worker-cpus 1 --gateway-cpus 1 --fake-cpus 1 ...      # everything on one core (a try-out)
 
 Everything runs on this machine, on loopback: a broker from scripts/broker.sh (free ports, a temp
@@ -33,11 +33,11 @@ and `--infra-cpus` for (a), `--worker-cpus` (worker i on the i-th, round robin) 
     `--chaos-seconds`; every stream checked for a final outcome and every token exactly once
     (cluster/chaos.py, cluster/stream.py).
 (e) a burst of `--burst` requests sent at once at 2 workers of 4 slots behind a queue of 256.
-(f) the gateway alone on a core against fake workers (benchmarks/fake_worker.py, no model):
-    requests/s and concurrent open streams at the knee (cluster/gateway.py).
+(f) the gateway alone on a core against fake workers (benchmarks/cluster/fake_worker.py, no model):
+    requests/s and concurrent open streams at the knee (benchmarks/cluster/gateway.py).
 The fault matrix (cluster/faults.py; not in the default list, name them): restart-idle, restart,
     kill9, node-kill, worker-cut, gateway-cut, worker-kill-loop, e.g.
-    python benchmarks/cluster.py --shape tiny --scenarios restart,kill9,node-kill --fault-seconds 60
+    python -m benchmarks.cluster --shape tiny --scenarios restart,kill9,node-kill --fault-seconds 60
 
 Writes --out (default bench-results/cluster-<timestamp>/): results.json (after every scenario),
 tables.md, a_ttft.png, c_prefix.png, d_chaos.png, f_gateway.png, logs/. Markdown tables go to
@@ -54,17 +54,17 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from cluster.basic import scenario_a, scenario_b, scenario_e
-from cluster.chaos import scenario_d
-from cluster.common import Ctx
-from cluster.faults import FAULT_SCENARIOS, add_flags
-from cluster.faults_report import fault_table, plot_faults
-from cluster.gateway import scenario_f
-from cluster.plots import write_plots
-from cluster.prefix import scenario_c
-from cluster.report import format_all, summary
-from harness.common import bench_model, log
-from harness.servers import eog_tokens
+from benchmarks.cluster.basic import scenario_a, scenario_b, scenario_e
+from benchmarks.cluster.chaos import scenario_d
+from benchmarks.cluster.common import Ctx
+from benchmarks.cluster.faults import FAULT_SCENARIOS, add_flags
+from benchmarks.cluster.faults_report import fault_table, plot_faults
+from benchmarks.cluster.gateway import scenario_f
+from benchmarks.cluster.plots import write_plots
+from benchmarks.cluster.prefix import scenario_c
+from benchmarks.cluster.report import format_all, summary
+from benchmarks.harness.common import bench_model, log
+from benchmarks.harness.servers import eog_tokens
 
 SCENARIOS = {
     "a": scenario_a,

@@ -15,8 +15,8 @@ import statistics
 from contextlib import AsyncExitStack
 from typing import Any
 
-from cluster.common import Ctx, chat_config, ms
-from harness.common import log
+from benchmarks.cluster.common import Ctx, chat_config, ms
+from benchmarks.harness.common import log
 from outpost.bench.client import PATHS, request_body, send
 from outpost.bench.prompts import Prompt, build_prompts
 from outpost.bench.records import RequestRecord

@@ -1,4 +1,4 @@
-"""benchmarks/cluster.py's PNGs (matplotlib, Agg: no display), each from a scenario's result dict:
+"""benchmarks/cluster/'s PNGs (matplotlib, Agg: no display), each from a scenario's result dict:
 
 - a_ttft.png: TTFT distributions (empirical CDFs), `outpost serve` vs the gateway (and the control,
   a second serve), one panel per level;

@@ -1,4 +1,4 @@
-"""benchmarks/cluster.py's scenario (c): prefix-aware routing on vs off.
+"""benchmarks/cluster/'s scenario (c): prefix-aware routing on vs off.
 
 Two gateways (the closed-loop users alternate between them) in front of two workers whose KV
 holds at most two of the workload's four system prompts. Shared-prefix workload: every request
@@ -26,9 +26,17 @@ from contextlib import AsyncExitStack, ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.common import Ctx, closed_loop, ms, ratio, target
-from harness.common import log
-from harness.procs import Broker, cluster_counters, gateway, live_workers, wait_workers, worker
+from benchmarks.cluster.common import Ctx, closed_loop, ms, ratio, target
+from benchmarks.harness.broker import Broker
+from benchmarks.harness.common import log
+from benchmarks.harness.procs import (
+    cluster_counters,
+    gateway,
+    live_workers,
+    running_broker,
+    wait_workers,
+    worker,
+)
 from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
 from outpost.bench.progress import Progress
 from outpost.bench.prompts import Fitted, Prompt, PromptBuilder
@@ -238,7 +246,7 @@ def scenario_c(ctx: Ctx) -> dict[str, Any]:
             "--cache-idle-cells = -c (idle prefixes stay until the pool needs the cells)",
         }
     }
-    with Broker(ctx.logs) as broker:
+    with running_broker(ctx.logs) as broker:
         for name in a.prefix_workloads.split(","):
             out[name] = {
                 routing: _variant(ctx, broker, routing, name, workloads) for routing in ("on", "off")

@@ -1,4 +1,4 @@
-"""benchmarks/cluster.py's markdown tables (stderr, pasteable into docs/performance.md) and its one-line
+"""benchmarks/cluster/'s markdown tables (stderr, pasteable into docs/performance.md) and its one-line
 JSON summary, from the scenarios' result dicts."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A streaming chat client that checks every stream, for benchmarks/cluster.py's (d) and (f).
+"""A streaming chat client that checks every stream, for benchmarks/cluster/'s (d) and (f).
 
 Each token arrives with its own `logprobs` entry (the request asks `logprobs: true`), so the client
 numbers tokens 0, 1, 2, ... as they arrive: that count is what the stream delivered, whatever

@@ -1,2 +1,2 @@
-"""The engine benchmark (run as `python benchmarks/engine.py`): Outpost's engine against
+"""The engine benchmark (run as `python -m benchmarks.engine`): Outpost's engine against
 llama-cpp-python and llama.cpp's llama-batched-bench in one process tree (main)."""

@@ -1,6 +1,6 @@
 """Engine benchmark: Outpost's engine vs llama-cpp-python's `Llama` vs llama.cpp's `llama-bench`.
 
-Not a test. Run:  python benchmarks/engine.py [--shapes smollm2-135m,smollm2-1.7b] [--threads 2]
+Not a test. Run:  python -m benchmarks.engine [--shapes smollm2-135m,smollm2-1.7b] [--threads 2]
                   [--repeats 5] [--single-repeats 15]
 Optional baselines: LLAMA_BENCH=/path/to/llama-bench, LLAMA_BATCHED_BENCH=/path/to/llama-batched-bench
 (../shared/tools/build-llama-cpp.sh builds both).
@@ -36,8 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.common import (
-    BENCHMARKS,
+from benchmarks.harness.common import (
     bench_model,
     llama_bench_layout_args,
     log,
@@ -180,7 +179,8 @@ class LlamaCppPythonWorker:
     def __init__(self, model: Path, args: argparse.Namespace, config: EngineConfig) -> None:
         cmd = [
             sys.executable,
-            str(BENCHMARKS / "engine.py"),
+            "-m",
+            "benchmarks.engine",
             "--baseline-worker",
             str(model),
             "--threads",

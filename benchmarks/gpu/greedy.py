@@ -1,8 +1,8 @@
 """Greedy token ids of Outpost's engine vs llama.cpp's llama-server on the same prompts, same -ngl.
 
-Not a test. scripts/gpu-bench.sh runs it (benchmarks/gpu_greedy.py) on a GPU machine (and, to check
+Not a test. scripts/gpu-bench.sh runs it (benchmarks/gpu/greedy.py) on a GPU machine (and, to check
 the plumbing, on the CPU):
-    python benchmarks/gpu_greedy.py --model M.gguf --llama-server BIN [--ngl 99] [--prompts 16]
+    python -m benchmarks.gpu greedy --model M.gguf --llama-server BIN [--ngl 99] [--prompts 16]
         [--tokens 64] --out greedy.json
 
 Each prompt is a run of token ids (seeded, special tokens left out), sent as ids to both sides one
@@ -27,7 +27,8 @@ from typing import Any
 
 import httpx
 
-from harness.common import free_port, log, wait_ready
+from benchmarks.harness.common import log, wait_ready
+from benchmarks.harness.ports import free_port
 from outpost.engine.config import EngineConfig
 from outpost.messages import GenerateRequest, SamplingParams
 from outpost.serving.assembly import Engine

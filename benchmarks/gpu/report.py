@@ -1,9 +1,9 @@
 """The docs table of a GPU run of scripts/gpu-bench.sh, made from its raw files and nothing else.
 
 Not a test. Run on the folder scripts/gpu-bench.sh filled (its $OUT):
-    python benchmarks/gpu_report.py RESULTS_DIR > table.md
+    python -m benchmarks.gpu report RESULTS_DIR > table.md
 Reads env.json (the card as nvidia-smi prints it, build flags, llama.cpp's device list),
-greedy.json (benchmarks/gpu_greedy.py), serve.jsonl (one benchmarks/serve.py summary per level)
+greedy.json (benchmarks/gpu/greedy.py), serve.jsonl (one benchmarks/serve/ summary per level)
 and ready.txt (Outpost's ready lines), and writes markdown: the card, then per stream count both
 servers' output tok/s and TTFT p50, the ratios against issue 29's targets, errors, the greedy
 comparison and the ready lines. A missing file or level is said so, never filled in.

@@ -4,7 +4,6 @@ weights with the same layout Outpost uses."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -15,8 +14,6 @@ import httpx
 
 from outpost.engine.config import EngineConfig
 from outpost.models import outpost_home, write_synthetic_model
-
-BENCHMARKS = Path(__file__).resolve().parent.parent  # benchmarks/: the entry scripts, run by path
 
 
 def log(msg: str) -> None:
@@ -42,12 +39,6 @@ def probe_kernels() -> str:
     answer = line or f"kernel probe: not measured ({out.stderr.strip().splitlines()[-1:]})"
     log(answer)
     return answer
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 300.0) -> None:

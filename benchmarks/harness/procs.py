@@ -1,7 +1,8 @@
-"""The processes benchmarks/cluster.py runs: a RabbitMQ broker (scripts/broker.sh on free ports),
-`outpost gateway` / `outpost worker` / `outpost serve` and the fake workers (benchmarks/fake_worker.py),
-each optionally pinned to CPUs with `taskset -c`, its stderr in a log file; plus what is read from
-them while they run (live workers on /health, `outpost_cluster_*` counters on /metrics, CPU time).
+"""The processes `python -m benchmarks.cluster` runs: a RabbitMQ broker (scripts/broker.sh on free
+ports), `outpost gateway` / `outpost worker` / `outpost serve` and the fake workers
+(benchmarks/cluster/fake_worker.py), each optionally pinned to CPUs with `taskset -c`, its stderr in a
+log file; plus what is read from them while they run (live workers on /health, `outpost_cluster_*`
+counters on /metrics, CPU time).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,24 +23,12 @@ from typing import IO
 
 import httpx
 
-from harness.common import BENCHMARKS, free_port, wait_ready
+from benchmarks.harness.broker import Broker
+from benchmarks.harness.common import wait_ready
+from benchmarks.harness.ports import free_port
 
 OUTPOST = [sys.executable, "-m", "outpost.cli"]
-BROKER_SH = BENCHMARKS.parent / "scripts" / "broker.sh"
-FAKE_WORKER = BENCHMARKS / "fake_worker.py"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct free loopback ports (held together while picked, so they differ)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def pin(cpus: str | None) -> list[str]:
@@ -68,54 +56,24 @@ def cpu_set(cpus: str) -> set[int]:
     return out
 
 
-class Broker:
-    """scripts/broker.sh on free loopback ports in a temp folder, optionally pinned. On exit: stopped,
-    its logs copied to `logs`/broker-PORT, the folder removed."""
-
-    def __init__(self, logs: Path, cpus: str | None = None) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="outpost-bench-broker-"))
-        self.logs = logs
-        self.cpus = cpus
-        self.port, dist, epmd, self.mgmt_port = free_ports(4)
-        self.env = dict(
-            os.environ,
-            OUTPOST_BROKER_DIR=str(self.dir),
-            OUTPOST_BROKER_PORT=str(self.port),
-            OUTPOST_BROKER_DIST_PORT=str(dist),
-            OUTPOST_BROKER_EPMD_PORT=str(epmd),
-            OUTPOST_BROKER_MGMT_PORT=str(self.mgmt_port),
-        )
-        self.url = f"amqp://outpost@127.0.0.1:{self.port}/"
-        self.password_file = self.dir / "password"
-        self.mgmt_url = f"http://127.0.0.1:{self.mgmt_port}/"
-
-    def __enter__(self) -> Broker:
-        cmd = [*pin(self.cpus), str(BROKER_SH), "start"]
-        subprocess.run(cmd, env=self.env, check=True, timeout=900, stdout=sys.stderr)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        subprocess.run([str(BROKER_SH), "stop"], env=self.env, check=False, timeout=300)
+@contextmanager
+def running_broker(
+    logs: Path, cpus: str | None = None, nodes: int = 1, listen: tuple[str, ...] = ()
+) -> Iterator[Broker]:
+    """scripts/broker.sh (broker.py) on free loopback ports in a temp folder, optionally pinned, with
+    `nodes` nodes listening on `listen` too. On exit: stopped, its logs copied to `logs`/broker-PORT,
+    the folder removed."""
+    folder = Path(tempfile.mkdtemp(prefix="outpost-bench-broker-"))
+    broker = Broker(folder, nodes=nodes, listen=listen, prefix=pin(cpus))
+    try:
+        broker.start()
+        yield broker
+    finally:
+        with contextlib.suppress(RuntimeError, subprocess.SubprocessError):
+            broker.stop()
         with contextlib.suppress(OSError):
-            shutil.copytree(self.dir / "log", self.logs / f"broker-{self.port}", dirs_exist_ok=True)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def flags(self) -> list[str]:
-        return ["--broker", self.url, "--broker-password-file", str(self.password_file)]
-
-    @property
-    def client_url(self) -> str:
-        """The URL with the password in it, for clients in this process (never a command line)."""
-        password = self.password_file.read_text().strip()
-        return self.url.replace("amqp://outpost@", f"amqp://outpost:{password}@", 1)
-
-    @property
-    def pid(self) -> int | None:
-        """The Erlang VM's pid (for its CPU time)."""
-        try:
-            return int((self.dir / "rabbit.pid").read_text().strip())
-        except (OSError, ValueError):
-            return None
+            shutil.copytree(folder / "log", logs / f"broker-{broker.amqp_port}", dirs_exist_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 _serial = itertools.count()
@@ -199,8 +157,8 @@ def worker(
 def fake_worker(
     broker: Broker, model_id: str, slots: int, interval: float, cpus: str | None, logs: Path, worker_id: str
 ) -> Process:
-    """benchmarks/fake_worker.py: the real Worker over an engine with no model."""
-    argv = [sys.executable, str(FAKE_WORKER), *broker.flags(), "--model-id", model_id]
+    """benchmarks/cluster/fake_worker.py: the real Worker over an engine with no model."""
+    argv = [sys.executable, "-m", "benchmarks.cluster.fake_worker", *broker.flags(), "--model-id", model_id]
     argv += ["--slots", str(slots), "--token-interval", str(interval), "--worker-id", worker_id]
     return Process(f"fake-{worker_id}@{cpus or 'all'}", argv, cpus, logs, grace=15.0)
 

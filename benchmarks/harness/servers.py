@@ -1,9 +1,9 @@
-"""The servers benchmarks/serve.py compares, as processes: `outpost serve`, llama.cpp's `llama-server`
+"""The servers benchmarks/serve/ compares, as processes: `outpost serve`, llama.cpp's `llama-server`
 and llama-cpp-python's server, each with the same GGUF, threads, slots and KV cells, on a free
 loopback port, optionally pinned to CPUs (`taskset -c`), stderr logged to a file.
 
 Not run by hand, except as llama-cpp-python's server worker (serve.py starts it so):
-    python benchmarks/servers.py --llama-cpp-python-server --model M.gguf --n_threads 2 ...
+    python -m benchmarks.harness.servers --llama-cpp-python-server --model M.gguf --n_threads 2 ...
 """
 
 from __future__ import annotations
@@ -15,15 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from harness.common import (
-    BENCHMARKS,
-    free_port,
+from benchmarks.harness.common import (
     llama_server_layout_args,
     log,
     same_weight_layout_for_llama_cpp_python,
     wait_ready,
     weight_layout,
 )
+from benchmarks.harness.ports import free_port
 from outpost.engine.config import EngineConfig
 
 LCP_WORKER = "--llama-cpp-python-server"
@@ -112,7 +111,8 @@ def server_spec(kind: str, setup: Setup, port: int, prompt_cache: bool = False) 
         opts = f"--model {m} --n_threads {t} --n_threads_batch {t} --n_ctx 2048 --host 127.0.0.1 --port {p}"
         argv = [
             sys.executable,
-            str(BENCHMARKS / "servers.py"),
+            "-m",
+            "benchmarks.harness.servers",
             LCP_WORKER,
             *opts.split(),
             "--verbose",
@@ -214,3 +214,7 @@ def run_llama_cpp_python_server(argv: list[str]) -> None:
     same_weight_layout_for_llama_cpp_python(config)
     sys.argv = ["llama_cpp.server", *argv, "--n_ubatch", str(config.effective_n_ubatch)]
     runpy.run_module("llama_cpp.server", run_name="__main__")
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == LCP_WORKER:
+    run_llama_cpp_python_server(sys.argv[2:])

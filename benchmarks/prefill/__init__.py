@@ -1,3 +1,3 @@
 """The prefill-budget benchmarks: through the engine (budget, run as
-`python benchmarks/prefill_budget.py`) and by replaying batches on the runner (replay, run as
-`python benchmarks/prefill_replay.py`)."""
+`python -m benchmarks.prefill budget`) and by replaying batches on the runner (replay, run as
+`python -m benchmarks.prefill replay`)."""

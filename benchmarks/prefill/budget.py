@@ -1,6 +1,6 @@
 """Decode latency while long prompts arrive: ITL of generating streams with and without a prefill budget.
 
-Not a test. Run:  python benchmarks/prefill_budget.py [--shape smollm2-135m] [--budgets none,auto,128]
+Not a test. Run:  python -m benchmarks.prefill budget [--shape smollm2-135m] [--budgets none,auto,128]
                   [--streams 7] [--prompt-tokens 2000] [--seconds 20] [--threads 2]
 
 A fresh engine (8 slots, synthetic q4_0 model) per round, so no round inherits another's KV cells
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.common import bench_model, log
+from benchmarks.harness.common import bench_model, log
 from outpost.engine.config import EngineConfig
 from outpost.messages import GenerateRequest, SamplingParams
 from outpost.scheduler.budget import Asked, parse_prefill_budget

@@ -1,6 +1,6 @@
 """The prefill budget's trade-off in raw llama_decode steps, without the engine loop or asyncio.
 
-Not a test. Run:  python benchmarks/prefill_replay.py [--budgets none,256,128,64,32,15] [--streams 7]
+Not a test. Run:  python -m benchmarks.prefill replay [--budgets none,256,128,64,32,15] [--streams 7]
                   [--depth 150] [--prompt-tokens 2000] [--threads 1] [--flash-attn auto]
 
 Replays the batches the scheduler makes while one long prompt is read beside `--streams`
@@ -8,7 +8,7 @@ generating streams (each at `--depth` tokens, one token a step) with each prefil
 times every step: the streams' ITL is the step time, the prompt's TTFT the sum of its steps.
 Also times the streams' decode step alone and the prompt alone in n_batch chunks, and prints what
 `--prefill-budget auto` would choose here. Every budget starts from the same fresh KV cache. The
-figures behind outpost/scheduler/budget.py; benchmarks/prefill_budget.py measures the same through
+figures behind outpost/scheduler/budget.py; benchmarks/prefill/budget.py measures the same through
 the whole engine. The last stdout line is one JSON object.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.common import bench_model, log
+from benchmarks.harness.common import bench_model, log
 from outpost.engine.config import EngineConfig
 from outpost.engine.executor import ModelRunner
 from outpost.engine.lib import llama

@@ -1,3 +1,3 @@
-"""The serve benchmark (run as `python benchmarks/serve.py`): `outpost serve` against llama-server
+"""The serve benchmark (run as `python -m benchmarks.serve`): `outpost serve` against llama-server
 and llama-cpp-python's server; its workloads (scenarios), medians and ratios (report), markdown
 tables (tables) and PNGs (plots)."""

@@ -2,8 +2,8 @@
 
 Not a test. Run (llama-server from ../shared/tools/build-llama-cpp.sh, which prints its bin folder last):
     LLAMA_SERVER=$(bash ../shared/tools/build-llama-cpp.sh | tail -1)/llama-server \\
-        taskset -c 0 python benchmarks/serve.py --cpus 1 [--levels 1,4,8,16] [--rounds 3]
-    python benchmarks/serve.py --levels 1,4 --rounds 1 --requests 4 --scenarios throughput   # a quick look
+        taskset -c 0 python -m benchmarks.serve --cpus 1 [--levels 1,4,8,16] [--rounds 3]
+    python -m benchmarks.serve --levels 1,4 --rounds 1 --requests 4 --scenarios throughput   # a quick look
 llama-cpp-python's server needs its extras (pip install -e ".[bench]"); --no-llama-cpp-python skips it.
 `--cpus` pins the servers (`taskset -c`, and `-t` = that many threads); run this script itself off
 those CPUs (`taskset -c OTHER python ...`) so the load generator does not take the servers' cores.
@@ -46,11 +46,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from harness.common import bench_model, log, probe_kernels
-from harness.servers import KINDS, LABELS, ServerProcess, Setup, eog_tokens
+from benchmarks.harness.common import bench_model, log, probe_kernels
+from benchmarks.harness.servers import KINDS, LABELS, ServerProcess, Setup, eog_tokens
+from benchmarks.serve.report import Report
+from benchmarks.serve.scenarios import run_shared_prefix, throughput_rounds
+from benchmarks.serve.tables import markdown_tables
 from outpost.engine.config import available_cpus
-from serve.report import Report
-from serve.scenarios import run_shared_prefix, throughput_rounds
 
 
 def cpu_count(cpus: str) -> int:
@@ -186,6 +187,9 @@ def main() -> None:
             run_shared_prefix(prefix_kinds, setup, args, extra, report)
     finally:  # interrupted or failed: what was measured so far is still written
         report.write(args.out)
-        log("\n" + report.markdown())
+        from benchmarks.serve.plots import write_plots  # matplotlib is slow to import: only at the end
+
+        write_plots(report, args.out)
+        log("\n" + markdown_tables(report))
         log(f"\nresults in {args.out}")
     print(json.dumps(report.summary(), separators=(",", ":")))

@@ -1,4 +1,4 @@
-"""benchmarks/serve.py's PNGs (matplotlib, Agg: no display):
+"""benchmarks/serve/'s PNGs (matplotlib, Agg: no display):
 
 - throughput.png: output tok/s against concurrent streams, per server: the median over rounds
   (line) and every round's value (dots), so the spread shows;
@@ -6,7 +6,7 @@
 - shared_prefix.png: TTFT p50 (bars) and p90 (ticks), cold and warm, per server; and the prompt
   tokens evaluated vs reused per request.
 
-Run through serve.py:  python benchmarks/serve.py ...
+Run through serve.py:  python -m benchmarks.serve ...
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from serve.report import level_rows, prefix_rows
+from benchmarks.serve.report import level_rows, prefix_rows
 
 if TYPE_CHECKING:
-    from serve.report import Report
+    from benchmarks.serve.report import Report
 
 DPI = 110
 COLORS = {"outpost": "C0", "llama-server": "C1", "llama-cpp-python": "C2"}  # the same in every plot

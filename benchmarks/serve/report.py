@@ -1,8 +1,8 @@
-"""What benchmarks/serve.py reports: medians over rounds per server and level, Outpost / llama-server
+"""What benchmarks/serve/ reports: medians over rounds per server and level, Outpost / llama-server
 ratios against the issue's targets, the shared-prefix cold/warm figures; as markdown tables (stderr,
 for docs/performance.md), results.json, requests.csv, plots and the one-line JSON summary (stdout).
 
-Run through serve.py:  python benchmarks/serve.py ...
+Run through serve.py:  python -m benchmarks.serve ...
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import outpost
-from harness.servers import Setup
+from benchmarks.harness.servers import Setup
 from outpost.bench.records import RunResult, RunSummary
 
 OURS, BASE = "outpost", "llama-server"
@@ -221,11 +221,6 @@ class Report:
     def plan_text(self, kinds: list[str]) -> str:
         return f"servers: {', '.join(kinds)}\n{self.setup_text()}"
 
-    def markdown(self) -> str:
-        from serve.tables import markdown_tables
-
-        return markdown_tables(self)
-
     def summary(self) -> dict[str, Any]:
         """The last stdout line: medians, ratios and verdicts, no per-round detail."""
         keep = "server streams phase output_tok_s ttft_p50_s ttft_p90_s itl_p50_s errors requests"
@@ -250,7 +245,7 @@ class Report:
         pruns = [_run_entry(r) for r in self.prefix_runs]
         args = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items()}
         return {
-            "tool": "benchmarks/serve.py",
+            "tool": "benchmarks.serve",
             "version": outpost.__version__,
             "started": self.started,
             "args": args,
@@ -266,9 +261,6 @@ class Report:
     def write(self, out: Path) -> None:
         (out / "results.json").write_text(json.dumps(self.document(), indent=2, default=str) + "\n")
         self.write_csv(out / "requests.csv")
-        from serve.plots import write_plots  # matplotlib is slow to import: only at the end
-
-        write_plots(self, out)
 
     def write_csv(self, path: Path) -> None:
         rows = [("throughput", r.server, r.level, r.round, "measured", r.run) for r in self.level_runs]

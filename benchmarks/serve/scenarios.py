@@ -1,8 +1,8 @@
-"""benchmarks/serve.py's two workloads, driven through `outpost bench`'s runner steps (connect,
+"""benchmarks/serve/'s two workloads, driven through `outpost bench`'s runner steps (connect,
 prompt_builder, run_level): the throughput rounds against servers that stay up, and the
 shared-prefix scenario on freshly started servers (cold, then warm).
 
-Run through serve.py:  python benchmarks/serve.py [--scenarios throughput,shared-prefix] ...
+Run through serve.py:  python -m benchmarks.serve [--scenarios throughput,shared-prefix] ...
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from harness.common import log
-from harness.servers import LABELS, ServerProcess, Setup
+from benchmarks.harness.common import log
+from benchmarks.harness.servers import LABELS, ServerProcess, Setup
+from benchmarks.serve.report import FIRST_WAVE, LevelRun, PrefixRun, Report
 from outpost.bench.config import BenchConfig, ServerTarget, make_plan, make_scenario
 from outpost.bench.progress import Progress
 from outpost.bench.prompts import Prompt, build_prompts
 from outpost.bench.records import Accepted, RunResult
 from outpost.bench.runner import connect, prompt_builder, run_level
 from outpost.bench.stats import summarise
-from serve.report import FIRST_WAVE, LevelRun, PrefixRun, Report
 
 
 def rotate(items: list[str], by: int) -> list[str]:

@@ -1,18 +1,18 @@
-"""benchmarks/serve.py's markdown tables (printed to stderr, ready for docs/performance.md): medians per
+"""benchmarks/serve/'s markdown tables (printed to stderr, ready for docs/performance.md): medians per
 server and level, Outpost / llama-server ratios with the targets marked met/missed, the shared-prefix
 cold/warm table, and the exact command line each server got.
 
-Run through serve.py:  python benchmarks/serve.py ...
+Run through serve.py:  python -m benchmarks.serve ...
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from serve.report import BASE, OURS, level_ratios, level_rows, prefix_ratios, prefix_rows
+from benchmarks.serve.report import BASE, OURS, level_ratios, level_rows, prefix_ratios, prefix_rows
 
 if TYPE_CHECKING:
-    from serve.report import Report
+    from benchmarks.serve.report import Report
 
 
 def _s(v: float | None) -> str:

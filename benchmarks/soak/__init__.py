@@ -1,2 +1,2 @@
-"""The soak (run as `python benchmarks/soak.py`): a long mixed load against one `outpost serve`,
+"""The soak (run as `python -m benchmarks.soak`): a long mixed load against one `outpost serve`,
 its request kinds (kinds), the server it starts and watches (server) and its verdict (report)."""

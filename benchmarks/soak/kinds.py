@@ -1,4 +1,4 @@
-"""The soak's request kinds (benchmarks/soak.py): each sends one request of its kind and says what
+"""The soak's request kinds (benchmarks/soak/): each sends one request of its kind and says what
 came back, as one of the outcomes below. Part of the soak benchmark, not run on its own.
 
 Outcomes: `ok` (a complete answer), `rejected_429` (queue full: expected under overload),

@@ -3,8 +3,8 @@
 Not a test. Run (it starts `outpost serve` itself on a free loopback port, a synthetic
 SmolLM2-135M-shaped q4_0 model from benchmarks/harness/common.py, pinned with taskset when --cpus is given):
 
-    python benchmarks/soak.py --duration 1200 --cpus 1 -t 1 -np 4 -c 4096 --max-queue 16
-    python benchmarks/soak.py --url http://127.0.0.1:8080 --pid $(pgrep -f 'outpost serve') \
+    python -m benchmarks.soak --duration 1200 --cpus 1 -t 1 -np 4 -c 4096 --max-queue 16
+    python -m benchmarks.soak --url http://127.0.0.1:8080 --pid $(pgrep -f 'outpost serve') \
         --max-queue 64 --duration 600        # a running server (RSS from /proc/PID, or its /metrics)
 
 `--concurrency` closed-loop users (default 8) each draw their next request from a weighted mix
@@ -41,12 +41,8 @@ from typing import Any
 
 import httpx
 
-from harness.common import log
-from outpost.bench.client import first_model, make_client, probe
-from outpost.bench.config import check_url
-from outpost.bench.prompts import COMMON_WORDS, PromptBuilder
-from outpost.bench.tokens import ServerTokenizer, detect, single_token_words
-from soak.kinds import (
+from benchmarks.harness.common import log
+from benchmarks.soak.kinds import (
     KINDS,
     NEEDS_LIMIT,
     OUTCOMES,
@@ -58,8 +54,12 @@ from soak.kinds import (
     run_burst,
     run_one,
 )
-from soak.report import Sample, SoakData, format_table, summarise, write_outputs
-from soak.server import ServerProcess, Watch
+from benchmarks.soak.report import Sample, SoakData, format_table, summarise, write_outputs
+from benchmarks.soak.server import ServerProcess, Watch
+from outpost.bench.client import first_model, make_client, probe
+from outpost.bench.config import check_url
+from outpost.bench.prompts import COMMON_WORDS, PromptBuilder
+from outpost.bench.tokens import ServerTokenizer, detect, single_token_words
 
 DEFAULT_MIX = (
     "stream_chat=30,chat=10,completion=10,cancel_prefill=6,cancel_decode=8,"

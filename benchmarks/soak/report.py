@@ -1,4 +1,4 @@
-"""The soak's verdict and outputs (benchmarks/soak.py): pass criteria, the stderr table,
+"""The soak's verdict and outputs (benchmarks/soak/): pass criteria, the stderr table,
 results.json and soak.png. Part of the soak benchmark, not run on its own.
 
 Pass criteria: no 5xx (any response on any path, plus `{"error"}` events inside 200 streams), no
@@ -18,8 +18,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from benchmarks.soak.kinds import CANCELLED, LOST, OK, OUTCOMES, STREAM_ERR, UNEXPECTED, Result, StatusTally
 from outpost.bench.stats import percentile
-from soak.kinds import CANCELLED, LOST, OK, OUTCOMES, STREAM_ERR, UNEXPECTED, Result, StatusTally
 
 RSS_GROWTH_LIMIT_PCT = 2.0
 MIB = 1024 * 1024

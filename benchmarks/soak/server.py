@@ -1,4 +1,4 @@
-"""The soak's server side (benchmarks/soak.py): starting `outpost serve` pinned to CPUs, and
+"""The soak's server side (benchmarks/soak/): starting `outpost serve` pinned to CPUs, and
 watching a server's RSS and /health while the load runs and after it. Part of the soak benchmark,
 not run on its own."""
 
@@ -15,9 +15,10 @@ from typing import IO, Any
 
 import httpx
 
-from harness.common import bench_model, free_port, log, wait_ready
+from benchmarks.harness.common import bench_model, log, wait_ready
+from benchmarks.harness.ports import free_port
+from benchmarks.soak.report import Sample, Settle
 from outpost.engine.config import available_cpus
-from soak.report import Sample, Settle
 
 
 def cpu_count(cpus: str) -> int:

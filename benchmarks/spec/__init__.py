@@ -1,1 +1,1 @@
-"""benchmarks/spec.py's parts: the tasks (real text), the server arms, one measured pass, the report."""
+"""benchmarks/spec/'s parts: the tasks (real text), the server arms, one measured pass, the report."""

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.common import llama_server_layout_args, weight_layout
+from benchmarks.harness.common import llama_server_layout_args, weight_layout
 
 SLOTS = 8
 CTX_PER_SLOT = 2048

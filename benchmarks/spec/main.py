@@ -1,4 +1,4 @@
-"""benchmarks/spec.py: speculative decoding, Outpost vs llama-server, side by side in one run.
+"""benchmarks/spec/: speculative decoding, Outpost vs llama-server, side by side in one run.
 
 Arms (see arms.py): Outpost and llama-server, each without speculation and with ngram-simple and
 ngram-mod, on the real SmolLM2-135M q4_1; and the draft-model check: target = that model converted
@@ -22,12 +22,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from harness.common import free_port, log, probe_kernels, wait_ready
+from benchmarks.harness.common import log, probe_kernels, wait_ready
+from benchmarks.harness.ports import free_port
+from benchmarks.spec.arms import Arm
+from benchmarks.spec.measure import PassResult, run_pass
+from benchmarks.spec.report import report
+from benchmarks.spec.tasks import make_tasks
 from outpost.models import outpost_home
-from spec.arms import Arm
-from spec.measure import PassResult, run_pass
-from spec.report import report
-from spec.tasks import make_tasks
 
 REAL_MODEL = Path(os.environ.get("OUTPOST_SPEC_MODEL", "/work/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
 BUILD = "/work/shared/tools/build-llama-cpp.sh"

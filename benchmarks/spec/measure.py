@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from spec.tasks import Task
+from benchmarks.spec.tasks import Task
 
 
 @dataclass

@@ -5,7 +5,7 @@ each n-gram drafter, greedy, with the two best logprobs at every token of the pl
 of identical texts, and at each parting the plain run's top-2 gap there (logprob differences equal
 logit differences). A parting at a near-tie is rounding of batched verification, not a bug.
 
-    python benchmarks/spec/parting.py MODEL.gguf [--max-tokens 96] [--threads 1] [--passes 2]
+    python -m benchmarks.spec.parting MODEL.gguf [--max-tokens 96] [--threads 1] [--passes 2]
 
 Each drafter runs `--passes` times per task: ngram-mod's table is shared by all requests (as
 llama.cpp's is), so a later pass drafts from what the earlier ones generated, as in the server
@@ -18,14 +18,11 @@ import argparse
 import asyncio
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, as the entry points have it
-
+from benchmarks.spec.tasks import make_tasks
 from outpost.engine.config import EngineConfig
 from outpost.messages import GenerateRequest, SamplingParams, SpecRequest
 from outpost.serving.assembly import Engine
-from spec.tasks import make_tasks
 
 
 async def _run(

@@ -7,9 +7,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from spec.arms import Arm
-from spec.measure import PassResult
-from spec.tasks import Task, copy_share
+from benchmarks.spec.arms import Arm
+from benchmarks.spec.measure import PassResult
+from benchmarks.spec.tasks import Task, copy_share
 
 
 def _median(values: list[float | None]) -> float | None:

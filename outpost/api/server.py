@@ -4,7 +4,7 @@ On the first SIGTERM (or Ctrl-C) the server keeps listening but answers new requ
 /health says `draining`; once the in-flight requests finish, or the grace period ends, uvicorn
 shuts down and the process exits 0. A second signal stops at once. A model that fails to load
 ends the process with exit code 1. What runs under it is built by the composition roots
-(outpost/commands: serve; outpost/cluster/gateway_main.py: gateway).
+(outpost/commands: serve; outpost/cluster/gateway/main.py: gateway).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ measured phase on every server in turn (A B A B ...), and summarise each.
 
 `run_bench(config)` is the API (`outpost bench` calls it); it returns a `BenchResult` and writes
 nothing: `report` and `plots` turn the result into files and tables. Its steps are public for callers
-that order the work themselves (`benchmarks/serve.py`: rounds, cold starts): `connect` a server,
+that order the work themselves (`benchmarks/serve/`: rounds, cold starts): `connect` a server,
 `prompt_builder` from one, `run_level` on one.
 """
 

@@ -2,7 +2,7 @@
 
 Encoded like every cluster message (outpost/cluster/wire.py: versioned JSON, one encoder and one
 decoder). Gateways keep the latest heartbeat of each worker: /health lists them, and routing
-(routing.py) reads the slots, the lane, the advertised prefix hashes (prefix.py) and the measured
+(gateway/routing.py) reads the slots, the lane, the advertised prefix hashes (prefix.py) and the measured
 prefill speed; the API's admission reads the real limits (positions per request, KV cells) and the
 chat template's hash. Fields added after the first version are optional when decoding.
 """

@@ -293,7 +293,7 @@ def decode_batch(body: bytes | dict[str, Any]) -> ReplyBatch:
 
 
 def encode_bundle(batches: Sequence[ReplyBatch]) -> bytes:
-    """Several requests' batches for one gateway in one message (outbox.py)."""
+    """Several requests' batches for one gateway in one message (worker/outbox.py)."""
     return dumps({"kind": "bundle", "batches": [_batch_out(b) for b in batches]})
 
 

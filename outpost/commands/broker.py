@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from outpost.cluster.topology import TLS_FLAGS, broker_url
+from outpost.cluster.broker.connection import TLS_FLAGS, broker_url
 from outpost.settings import BrokerSettings
 
 

@@ -1,8 +1,8 @@
-"""`outpost gateway`'s composition root: the blocks it takes, handed to outpost/cluster/gateway_main.py."""
+"""`outpost gateway`'s composition root: the blocks it takes, handed to outpost/cluster/gateway/main.py."""
 
 from __future__ import annotations
 
-from outpost.cluster.gateway_main import serve_gateway
+from outpost.cluster.gateway.main import serve_gateway
 from outpost.commands.broker import connect_urls
 from outpost.settings import BrokerSettings, GatewaySettings, HttpSettings, TracingSettings
 from outpost.settings.fields import existing_file

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from outpost.cluster.worker import serve_worker
+from outpost.cluster.worker.main import serve_worker
 from outpost.commands.broker import connect_urls
 from outpost.commands.engine import sized, start_engine
 from outpost.serving.local_backend import LocalBackend

@@ -9,7 +9,7 @@ from outpost.settings.fields import Block, setting
 
 
 class BrokerSettings(Block):
-    """The broker's URL, password and TLS files; `outpost.cluster.topology.broker_url` joins them."""
+    """The broker's URL, password and TLS files; `outpost.cluster.broker.connection.broker_url` joins them."""
 
     broker: str | None = setting(
         None,

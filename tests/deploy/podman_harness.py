@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from ports import free_ports  # noqa: F401  (re-exported for the compose tests)
+
+from benchmarks.harness.ports import free_ports  # noqa: F401  (re-exported for the compose tests)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERS_CONF = ROOT / "deploy" / "podman" / "containers.conf"

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 from podman_harness import FIGURES, podman
-from ports import free_port
 
+from benchmarks.harness.ports import free_port
 from outpost.models import write_synthetic_model
 
 pytestmark = pytest.mark.deploy

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: fake_bac
 
 from fake_backend import FakeBackend
 
-from outpost.cluster.topology import broker_url
-from outpost.cluster.worker import serve_worker
+from outpost.cluster.broker.connection import broker_url
+from outpost.cluster.worker.main import serve_worker
 
 
 def main() -> None:

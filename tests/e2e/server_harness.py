@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from ports import free_port
 
+from benchmarks.harness.ports import free_port
 from outpost.serving.engine_core import STEP_DELAY_ENV
 
 OUTPOST = [sys.executable, "-m", "outpost.cli"]

@@ -12,7 +12,8 @@ from pathlib import Path
 import aio_pika
 import httpx
 import pytest
-from broker_fixture import Broker
+
+from benchmarks.harness.broker import Broker
 
 pytestmark = pytest.mark.broker
 

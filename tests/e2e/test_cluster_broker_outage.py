@@ -17,8 +17,9 @@ from typing import Any
 
 import openai
 import pytest
-from broker_fixture import Broker
 from cluster_harness import Gateway, Proc, live, worker
+
+from benchmarks.harness.broker import Broker
 
 pytestmark = pytest.mark.cluster
 STEP_MS = 200
@@ -28,12 +29,8 @@ N_TOKENS = 200
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    own = Broker(tmp_path_factory.mktemp("rabbitmq-e2e-faults"))
-    own.start()
-    try:
+    with Broker(tmp_path_factory.mktemp("rabbitmq-e2e-faults")).booted() as own:
         yield own
-    finally:
-        own.stop()
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ every stream in flight completes, token-exact: the worker (tests/e2e/counting_wo
 with FakeBackend.counting, token i of a request being its position p, sent as the text "<p>", so
 a client must receive exactly "<P><P+1>...<P+N-1>" (P: the prompt's tokens) whatever the resumes.
 The gateway's clients reach it over a second pair that stays up. The namespaces are the fault
-matrix's (benchmarks/harness/netns.py, shared with benchmarks/cluster.py's link-cut scenarios).
+matrix's (benchmarks/harness/netns.py, shared with `python -m benchmarks.cluster`'s link-cut scenarios).
 
 The worker paces its tokens (0.1 s each), so a stream outlasts the cut whatever the machine's
 speed; every wait is bounded. Skipped, with the reason, unless root with `ip netns`.
@@ -30,12 +30,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from broker_fixture import Broker
 from cluster_harness import Proc, live
 from server_harness import OUTPOST, free_port
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from harness.netns import Host, Link, unavailable
+from benchmarks.harness.broker import Broker
+from benchmarks.harness.netns import Host, Link, unavailable
 
 pytestmark = [pytest.mark.cluster, pytest.mark.broker]
 WHY_NOT = unavailable()

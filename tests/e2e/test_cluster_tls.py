@@ -22,14 +22,14 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from broker_fixture import Broker
 from cluster_harness import START_TIMEOUT, Gateway, Proc, live, worker
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from outpost.cluster import topology
+from benchmarks.harness.broker import Broker
+from outpost.cluster.broker import connection
 
 pytestmark = [pytest.mark.cluster, pytest.mark.broker]
 VERIFY_FAILED = "certificate does not verify"
@@ -85,13 +85,13 @@ def other_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _url(broker: Broker, **query: str) -> str:
-    return topology.broker_url(broker.tls_url, str(broker.password_file), tls_files=dict(query))
+    return connection.broker_url(broker.tls_url, str(broker.password_file), tls_files=dict(query))
 
 
 def _connect_error(url: str) -> BaseException | None:
     async def attempt() -> BaseException | None:
         try:
-            conn = await asyncio.wait_for(topology.connect(url, "outpost-test tls"), 60)
+            conn = await asyncio.wait_for(connection.connect(url, "outpost-test tls"), 60)
         except Exception as exc:
             return exc
         await conn.close()
@@ -109,7 +109,7 @@ def test_topology_connect_verifies_the_broker_and_sends_the_client_certificate(
     assert _connect_error(_url(broker, cafile=str(broker.ca_file), **client)) is None
     # Failures no retry fixes are BrokerTLSError, raised at once, each with its reason.
     wrong_ca = _connect_error(_url(broker, cafile=str(other_ca)))
-    assert isinstance(wrong_ca, topology.BrokerTLSError) and VERIFY_FAILED in str(wrong_ca), wrong_ca
+    assert isinstance(wrong_ca, connection.BrokerTLSError) and VERIFY_FAILED in str(wrong_ca), wrong_ca
     rogue_cert, rogue_key = _self_signed(tmp_path, "rogue-client")
     rogue = {"certfile": str(rogue_cert), "keyfile": str(rogue_key)}
     # Refused, so it was sent (the broker takes clients without one). With TLS 1.3 the broker's
@@ -120,7 +120,7 @@ def test_topology_connect_verifies_the_broker_and_sends_the_client_certificate(
         f":{broker.tls_port}/", f":{broker.amqp_port}/"
     )
     wrong_port = _connect_error(plain_port)
-    assert isinstance(wrong_port, topology.BrokerTLSError) and "TLS listener" in str(wrong_port), wrong_port
+    assert isinstance(wrong_port, connection.BrokerTLSError) and "TLS listener" in str(wrong_port), wrong_port
 
 
 @pytest.fixture

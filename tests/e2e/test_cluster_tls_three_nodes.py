@@ -22,8 +22,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from broker_fixture import Broker
 from cluster_harness import Gateway, Proc, live, worker
+
+from benchmarks.harness.broker import Broker
 
 pytestmark = [pytest.mark.cluster, pytest.mark.broker]
 STEP_MS = 150
@@ -41,12 +42,8 @@ class Via:
 
 @pytest.fixture(scope="module")
 def cluster3_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    own = Broker(tmp_path_factory.mktemp("rabbitmq-3-tls"), nodes=3, tls=True)
-    own.start()
-    try:
+    with Broker(tmp_path_factory.mktemp("rabbitmq-3-tls"), nodes=3, tls=True).booted() as own:
         yield own
-    finally:
-        own.stop()
 
 
 @pytest.fixture(scope="module")

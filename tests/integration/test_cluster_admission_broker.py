@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from test_cluster_broker import request, run, until
 
-from outpost.cluster.gateway import GatewayLink
+from outpost.cluster.gateway.link import GatewayLink
 from outpost.messages import QueueFull
 
 pytestmark = pytest.mark.cluster

@@ -20,10 +20,11 @@ import pytest
 from fake_backend import FakeBackend
 from scripted_backend import ScriptedRunner, scripted_backend
 
-from outpost.cluster import topology, wire
-from outpost.cluster.gateway import GatewayLink
-from outpost.cluster.remote import RemoteBackend
-from outpost.cluster.worker import Worker
+from outpost.cluster import wire
+from outpost.cluster.broker import topology
+from outpost.cluster.gateway.link import GatewayLink
+from outpost.cluster.gateway.remote import RemoteBackend
+from outpost.cluster.worker.service import Worker
 from outpost.messages import BackendUnavailable, FinishReason, GenerateRequest, QueueFull, TokenEvent
 from outpost.serving.engine_core import EngineClient
 

@@ -14,14 +14,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from broker_fixture import Broker
 from fake_backend import FakeBackend
-from ports import free_ports
 from test_cluster_broker import cluster, collect, request, tokens, until
 
-from outpost.cluster.gateway import GatewayLink
-from outpost.cluster.remote import RemoteBackend
-from outpost.cluster.worker import Worker
+from benchmarks.harness.broker import Broker
+from benchmarks.harness.ports import free_ports
+from outpost.cluster.gateway.link import GatewayLink
+from outpost.cluster.gateway.remote import RemoteBackend
+from outpost.cluster.worker.service import Worker
 from outpost.messages import BackendUnavailable, FinishReason, TokenEvent
 
 pytestmark = pytest.mark.cluster
@@ -33,12 +33,8 @@ HOLD_AFTER = 5  # output tokens each stream sends before the engine holds it
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """A broker this module stops, restarts and kills (the session's stays up for the others)."""
-    own = Broker(tmp_path_factory.mktemp("rabbitmq-faults"))
-    own.start()
-    try:
+    with Broker(tmp_path_factory.mktemp("rabbitmq-faults")).booted() as own:
         yield own
-    finally:
-        own.stop()
 
 
 def run(coro: Any) -> Any:

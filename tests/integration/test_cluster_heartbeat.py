@@ -8,10 +8,10 @@ import asyncio
 
 import httpx
 import pytest
-from broker_fixture import Broker
 
-from outpost.cluster import topology
-from outpost.cluster.session import AMQP_HEARTBEAT_S
+from benchmarks.harness.broker import Broker
+from outpost.cluster.broker import connection
+from outpost.cluster.broker.session import AMQP_HEARTBEAT_S
 
 pytestmark = pytest.mark.cluster
 
@@ -20,7 +20,7 @@ def test_connections_negotiate_the_documented_heartbeat(rabbitmq: Broker) -> Non
     name = "outpost-test heartbeat"
 
     async def main() -> list[int]:
-        conn = await topology.connect(rabbitmq.url, name, heartbeat=AMQP_HEARTBEAT_S)
+        conn = await connection.connect(rabbitmq.url, name, heartbeat=AMQP_HEARTBEAT_S)
         try:
             async with httpx.AsyncClient(timeout=30) as client:
                 for _ in range(120):  # bounded: the management API lists a connection within seconds

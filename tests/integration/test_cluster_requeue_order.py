@@ -13,7 +13,7 @@ import aio_pika
 import pytest
 from test_cluster_broker import run
 
-from outpost.cluster import topology
+from outpost.cluster.broker import connection, topology
 
 pytestmark = pytest.mark.cluster
 
@@ -22,8 +22,8 @@ def test_a_request_returned_by_a_dead_consumer_is_delivered_before_the_waiting_o
     model = "test-" + uuid.uuid4().hex[:8]
 
     async def main() -> None:
-        conn = await topology.connect(rabbitmq.url, "order-test")
-        dying = await topology.connect(rabbitmq.url, "order-test-dying")
+        conn = await connection.connect(rabbitmq.url, "order-test")
+        dying = await connection.connect(rabbitmq.url, "order-test-dying")
         try:
             pub = await conn.channel(publisher_confirms=True)
             queue = await topology.declare_request_queue(conn, pub, model)

@@ -20,11 +20,11 @@ import pytest
 from fake_backend import FakeBackend
 from test_cluster_broker import LIMIT_S, collect, run, tokens, until
 
-from outpost.cluster import topology
-from outpost.cluster.gateway import GatewayLink
+from outpost.cluster.broker import topology
+from outpost.cluster.gateway.link import GatewayLink
+from outpost.cluster.gateway.remote import RemoteBackend
 from outpost.cluster.prefix import BLOCK
-from outpost.cluster.remote import RemoteBackend
-from outpost.cluster.worker import Worker
+from outpost.cluster.worker.service import Worker
 from outpost.messages import FinishReason, GenerateRequest
 
 pytestmark = pytest.mark.cluster

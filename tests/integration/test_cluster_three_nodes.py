@@ -14,26 +14,22 @@ from typing import Any
 
 import httpx
 import pytest
-from broker_fixture import Broker
 from test_cluster_broker import collect, request, until
 from test_cluster_broker_faults import LIMIT_S, PROMPT, _model, assert_complete, held_engine
 
-from outpost.cluster import topology
-from outpost.cluster.gateway import GatewayLink
-from outpost.cluster.remote import RemoteBackend
-from outpost.cluster.worker import Worker
+from benchmarks.harness.broker import Broker
+from outpost.cluster.broker import topology
+from outpost.cluster.gateway.link import GatewayLink
+from outpost.cluster.gateway.remote import RemoteBackend
+from outpost.cluster.worker.service import Worker
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
 def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    own = Broker(tmp_path_factory.mktemp("rabbitmq-3"), nodes=3)
-    own.start()
-    try:
+    with Broker(tmp_path_factory.mktemp("rabbitmq-3"), nodes=3).booted() as own:
         yield own
-    finally:
-        own.stop()
 
 
 def test_one_node_of_three_killed_under_load_loses_nothing(cluster3: Broker) -> None:

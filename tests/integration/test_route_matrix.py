@@ -25,12 +25,12 @@ import httpx
 import pytest
 import uvicorn
 from fake_backend import FakeBackend, FakeCodec
-from ports import free_port
 
+from benchmarks.harness.ports import free_port
 from outpost.api.app import create_app
-from outpost.cluster.gateway import GatewayLink
-from outpost.cluster.remote import RemoteBackend
-from outpost.cluster.worker import Worker
+from outpost.cluster.gateway.link import GatewayLink
+from outpost.cluster.gateway.remote import RemoteBackend
+from outpost.cluster.worker.service import Worker
 from outpost.settings import HttpSettings
 
 N_CTX = 256  # what the fake (and so each worker's heartbeat) says one request may hold

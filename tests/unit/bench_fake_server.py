@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -24,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from benchmarks.harness.ports import free_port
 from outpost.bench.config import BenchConfig, make_plan, make_scenario, make_targets
 from outpost.bench.progress import Progress
 from outpost.bench.records import BenchResult
@@ -65,9 +65,7 @@ class FakeServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         routes = [
             Route("/v1/models", self._models),

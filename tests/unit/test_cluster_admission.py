@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from outpost.cluster import admission
-from outpost.cluster.inflight import Pending
+from outpost.cluster.gateway import admission
+from outpost.cluster.gateway.inflight import Pending
 from outpost.messages import GenerateRequest
 
 

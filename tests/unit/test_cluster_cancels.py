@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from outpost.cluster.cancels import CancelMemory
+from outpost.cluster.worker.cancels import CancelMemory
 
 
 def test_a_plain_cancel_stops_a_running_copy_or_waits_for_the_request() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from outpost.cluster import topology
+from outpost.cluster.broker import connection
 
 
 async def _silent_server() -> tuple[asyncio.Server, asyncio.Event, int]:
@@ -30,7 +30,7 @@ def test_a_connect_cancelled_in_flight_leaves_no_task_behind() -> None:
     async def main() -> set[asyncio.Task[object]]:
         server, accepted, port = await _silent_server()
         async with server:
-            connecting = asyncio.ensure_future(topology.connect(f"amqp://u:p@127.0.0.1:{port}/", "test"))
+            connecting = asyncio.ensure_future(connection.connect(f"amqp://u:p@127.0.0.1:{port}/", "test"))
             await asyncio.wait_for(accepted.wait(), 30)
             connecting.cancel()
             await asyncio.wait({connecting}, timeout=30)

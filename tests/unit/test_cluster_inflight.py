@@ -8,7 +8,7 @@ import asyncio
 from aiormq.exceptions import DeliveryError
 
 from outpost.cluster import wire
-from outpost.cluster.inflight import Pending, nack_is_full, resubmit, resume_answer
+from outpost.cluster.gateway.inflight import Pending, nack_is_full, resubmit, resume_answer
 from outpost.messages import GenerateRequest
 
 

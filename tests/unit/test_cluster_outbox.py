@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from outpost.cluster import wire
-from outpost.cluster.outbox import Outboxes, ReplyOutbox, step_batches
+from outpost.cluster.worker.outbox import Outboxes, ReplyOutbox, step_batches
 from outpost.messages import FinishReason, TokenEvent
 
 

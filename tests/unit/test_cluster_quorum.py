@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from outpost.cluster import topology
+from outpost.cluster.broker import topology
 from outpost.settings import BrokerSettings
 
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from aiormq.exceptions import PublishError
 
-from outpost.cluster import resume, wire
+from outpost.cluster import wire
+from outpost.cluster.worker import resume
 
 
 class Exchange:

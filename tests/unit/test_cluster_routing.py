@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
-from outpost.cluster import routing
-from outpost.cluster.intake import LANE, SHARED, CreditPlan
+from outpost.cluster.gateway import routing
+from outpost.cluster.gateway.routing import Router, WorkerView
 from outpost.cluster.prefix import BLOCK, PrefixIndex, block_hashes, matched_blocks
-from outpost.cluster.routing import Router, WorkerView
+from outpost.cluster.worker.intake import LANE, SHARED, CreditPlan
 
 SHARED_Q = "outpost.req.m"
 

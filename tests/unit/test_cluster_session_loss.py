@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from outpost.cluster.session import survive_connection_loss
+from outpost.cluster.broker.session import survive_connection_loss
 
 
 def test_a_call_cancelled_by_the_connection_does_not_end_the_loop() -> None:

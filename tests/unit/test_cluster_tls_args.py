@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from outpost.cli import build_parser
-from outpost.cluster import topology
+from outpost.cluster.broker import connection, topology
 from outpost.commands.broker import connect_url
 from outpost.envflags import use_environment
 from outpost.settings import BrokerSettings
@@ -67,25 +67,25 @@ def test_flags_join_the_query_with_the_password_and_logs_see_neither(
     ca, _ = _cert(tmp_path, "ca")
     client, key = _cert(tmp_path, "client")
     files = {"cafile": ca, "certfile": client, "keyfile": key}
-    url = topology.broker_url(
+    url = connection.broker_url(
         "amqps://outpost@mq.internal:5671/prod?heartbeat=7&cafile=/old/ca.pem", password_file, tls_files=files
     )
     parts = urllib.parse.urlsplit(url)
     assert parts.scheme == "amqps" and parts.hostname == "mq.internal" and parts.port == 5671
     assert urllib.parse.unquote(parts.password or "") == SECRET and parts.path == "/prod"
     assert _query(url) == {"heartbeat": "7", **files}  # the flag beat the URL's own cafile
-    shown = topology.redact(url)
+    shown = connection.redact(url)
     assert shown == "amqps://outpost@mq.internal:5671/prod"
     assert "s3cret" not in shown and urllib.parse.quote(SECRET, safe="") not in shown
 
 
 def test_the_urls_own_query_is_kept_and_checked(tmp_path: Path) -> None:
     ca, _ = _cert(tmp_path, "ca")
-    url = topology.broker_url(f"amqps://outpost@mq:5671/?cafile={ca}&name=x")
+    url = connection.broker_url(f"amqps://outpost@mq:5671/?cafile={ca}&name=x")
     assert _query(url) == {"cafile": ca, "name": "x"}
-    assert topology.broker_url("amqp://outpost@mq/") == "amqp://outpost@mq/"  # plain, no password: as given
+    assert connection.broker_url("amqp://outpost@mq/") == "amqp://outpost@mq/"  # plain, no password: as given
     with pytest.raises(ValueError, match=r"--broker-ca-file /nowhere/ca\.pem: No such file"):
-        topology.broker_url("amqps://outpost@mq/?cafile=/nowhere/ca.pem")
+        connection.broker_url("amqps://outpost@mq/?cafile=/nowhere/ca.pem")
 
 
 @pytest.mark.parametrize(
@@ -105,27 +105,27 @@ def test_unusable_tls_settings_are_usage_errors(
     _, key = _cert(tmp_path, "c")
     files = {name: key if path in ("CA", "KEY") else path for name, path in files.items()}
     with pytest.raises(ValueError, match=message):
-        topology.broker_url(url, tls_files=dict(files))
+        connection.broker_url(url, tls_files=dict(files))
 
 
 def test_an_encrypted_client_key_is_an_error_not_a_prompt(tmp_path: Path) -> None:
     cert, key = _cert(tmp_path, "client", encrypt=b"passphrase")
     with pytest.raises(ValueError, match="client key is encrypted"):
-        topology.broker_url("amqps://outpost@mq/", tls_files={"certfile": cert, "keyfile": key})
+        connection.broker_url("amqps://outpost@mq/", tls_files={"certfile": cert, "keyfile": key})
 
 
 def test_the_context_verifies_the_given_ca_unless_told_not_to(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     ca, _ = _cert(tmp_path, "my-ca")
-    assert topology.tls_context("amqp://mq/") is None
-    context = topology.tls_context(f"amqps://mq/?cafile={ca}")
+    assert connection.tls_context("amqp://mq/") is None
+    context = connection.tls_context(f"amqps://mq/?cafile={ca}")
     assert context is not None and context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
     assert [c["subject"] for c in context.get_ca_certs()] == [((("commonName", "my-ca"),),)]
     with caplog.at_level(logging.WARNING, logger="outpost.cluster"):
-        url = topology.broker_url(f"amqps://mq/?cafile={ca}&no_verify_ssl=1")
+        url = connection.broker_url(f"amqps://mq/?cafile={ca}&no_verify_ssl=1")
     assert "not verified" in caplog.text
-    unverified = topology.tls_context(url)
+    unverified = connection.tls_context(url)
     assert unverified is not None and unverified.verify_mode == ssl.CERT_NONE
 
 
@@ -156,16 +156,16 @@ def test_certificate_failures_are_named_and_not_retried() -> None:
     verify.verify_message = "unable to get local issuer certificate"
     wrapped = AMQPConnectionError(*verify.args)
     wrapped.__cause__ = verify
-    reason = topology._tls_failure(wrapped)
+    reason = connection._tls_failure(wrapped)
     assert reason is not None and "does not verify (unable to get local issuer certificate)" in reason
     wrong_port = AMQPConnectionError("x")
     wrong_port.__cause__ = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
-    assert topology._tls_failure(wrong_port) is not None
+    assert connection._tls_failure(wrong_port) is not None
     # A connection lost mid-handshake or refused is an unreachable broker: retried by the callers.
     for transient in (ssl.SSLEOFError(8, "EOF"), ConnectionRefusedError(111, "refused")):
         lost = AMQPConnectionError("x")
         lost.__cause__ = transient
-        assert topology._tls_failure(lost) is None
+        assert connection._tls_failure(lost) is None
 
 
 def test_the_management_api_defaults_to_https_for_amqps(caplog: pytest.LogCaptureFixture) -> None:

@@ -1,4 +1,5 @@
-"""The package's import graph, read from the source with `ast`: no cycles, and the layers' forbidden arrows.
+"""The import graph of the package and the benchmarks, read from the source with `ast`: no cycles, and the
+layers' forbidden arrows.
 
 Every `import` counts wherever it stands (module level, inside a function, under TYPE_CHECKING): an import
 moved into a function to dodge a cycle still ties the two modules together, so it is a cycle here too.
@@ -14,7 +15,7 @@ from pathlib import Path
 import networkx as nx
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = "outpost"
+PACKAGES = ("outpost", "benchmarks")
 
 # (from-layer, to-layer): an arrow from a module under the first to one under the second is a layering bug.
 FORBIDDEN = [
@@ -33,7 +34,7 @@ def _module_name(path: Path) -> str:
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted((ROOT / PACKAGE).rglob("*.py"))}
+    return {_module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
 
 
 def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> Iterator[str]:
@@ -75,7 +76,7 @@ def import_graph() -> nx.DiGraph:
             if not isinstance(node, ast.Import | ast.ImportFrom):
                 continue
             for name in _imported(node, module, is_package):
-                target = _resolve(name, modules) if name.startswith(PACKAGE) else None
+                target = _resolve(name, modules) if name.startswith(PACKAGES) else None
                 # A package's own submodules importing it back is Python's normal package layout only
                 # when the package re-exports them; an arrow to oneself is never a cycle worth reporting.
                 if target and target != module:
@@ -112,6 +113,7 @@ def test_the_graph_sees_the_package() -> None:
     assert graph.number_of_nodes() > 100
     assert graph.has_edge("outpost.serving.local_backend", "outpost.engine.codec")  # module level
     assert graph.has_edge("outpost.models.convert.cli_args", "outpost.models.convert")  # in a function
+    assert graph.has_edge("benchmarks.serve.main", "benchmarks.serve.plots")  # the benchmarks too
 
 
 def test_the_package_has_no_import_cycles() -> None:

@@ -1,12 +1,13 @@
-"""tests/ports.py picks loopback ports the kernel never hands to an outgoing connection."""
+"""benchmarks/harness/ports.py picks loopback ports the kernel never hands to an outgoing connection."""
 
 from __future__ import annotations
 
 import socket
 
-import ports as ports_module
 import pytest
-from ports import LOWEST, bind_all, ephemeral_range, free_port_runs, free_ports
+
+import benchmarks.harness.ports as ports_module
+from benchmarks.harness.ports import LOWEST, bind_all, ephemeral_range, free_port_runs, free_ports
 
 
 def test_free_ports_are_distinct_bindable_and_outside_the_ephemeral_range() -> None:

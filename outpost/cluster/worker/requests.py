@@ -1,13 +1,13 @@
 """A worker's requests on its backend: each one from `submit` to its final event, replied per step.
 
-`Runs` submits a request to the worker's `InferenceBackend` and sends its events to the request's
-gateway a batch per engine step (`outbox.step_batches`) through the `send` it is given. A batch
-the broker cannot route means the gateway is gone: the request is aborted and nothing more is sent
-(soon after the worker's own reconnect the gateway may still be declaring its reply queue again,
-so the batch is retried first). A request the backend refuses ends with one final error event,
-carrying serve's 400 when it is too long for the backend's context. It also ends the copy still
-running here of a request redelivered after this worker's own channel broke, and tells
-`CancelMemory` which attempt of each request runs.
+`BackendRequests` submits a request to the worker's `InferenceBackend` and sends its events to the
+request's gateway a batch per engine step (`outbox.step_batches`) through the `send` it is given. A batch
+the broker cannot route means the gateway is gone: the request is aborted and nothing more is sent (soon
+after the worker's own reconnect the gateway may still be declaring its reply queue again, so the batch
+is retried first: broker/publish.py). A request the backend refuses ends with one final error event,
+carrying serve's 400 when it is too long for the backend's context. It also ends the copy still running
+here of a request redelivered after this worker's own channel broke, and tells `CancelMemory` which
+attempt of each request runs.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from aiormq.exceptions import PublishError
 
 from outpost.backend import EventStream, InferenceBackend
 from outpost.cluster import wire
-from outpost.cluster.cancels import CancelMemory
-from outpost.cluster.outbox import step_batches
-from outpost.cluster.session import GATEWAY_GRACE_S
+from outpost.cluster.broker.publish import publish_to_gateway
+from outpost.cluster.worker.cancels import CancelMemory
+from outpost.cluster.worker.outbox import step_batches
 from outpost.messages import (
     ContextExceeded,
     FinishReason,
@@ -49,7 +49,7 @@ def final_without_running(request: GenerateRequest) -> TokenEvent | None:
     return None
 
 
-class Runs:
+class BackendRequests:
     """The requests a worker's backend is running, by id."""
 
     def __init__(
@@ -131,12 +131,4 @@ class Runs:
         """Send `batch`; False if its gateway is gone. Unroutable soon after this worker's own
         (re)connect means it may still be declaring its reply queue again: the batch is retried
         (the backend's next events wait in its stream meanwhile)."""
-        for _ in range(int(GATEWAY_GRACE_S / 0.5) + 2):  # bounded: grace / retry interval
-            try:
-                await send(batch)
-                return True
-            except PublishError:
-                if self.since_connected() >= GATEWAY_GRACE_S:
-                    return False
-                await asyncio.sleep(0.5)
-        return False
+        return await publish_to_gateway(lambda: send(batch), self.since_connected)

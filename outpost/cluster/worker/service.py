@@ -1,25 +1,24 @@
-"""`outpost worker`: takes a model's requests from RabbitMQ, runs them on its backend, streams replies.
+"""`Worker` (`outpost worker`): takes requests from RabbitMQ, runs them on its backend, streams replies.
 
 The backend is an `InferenceBackend` (outpost/backend.py), the seam `outpost serve`'s API uses:
-`LocalBackend` in `outpost worker`, a fake in tests. Its heartbeat reports what the backend says:
-its slots, KV cells and positions per request (`n_ctx_seq`, which gateways admit by), and the hash
-of its chat template. A request the backend refuses as too long for its context ends with the 400
-serve would have answered, carried in the final event (`TokenEvent.error_param`).
+`LocalBackend` in `outpost worker`, a fake in tests. Its heartbeat reports what the backend says: its
+slots, KV cells and positions per request (`n_ctx_seq`, which gateways admit by), and the hash of its
+chat template. A request the backend refuses as too long for its context ends with the 400 serve would
+have answered, carried in the final event (`TokenEvent.error_param`).
 
-Pull balancing: the worker reads the model's shared queue and its own lane (requests a gateway
-routed to it for the prefix its KV holds) through exactly one single-message consumer per slot
-(intake.py), so it never holds more unacked requests than it can run; the rest wait in the broker.
-Its heartbeat says its load, its lane, and the block hashes of what its slots hold (prefix.py),
-which is what gateways route by. Each request runs in `runs.Runs`: its events (its backend's
-`EventStream`) are gathered while the previous reply's publisher confirm is awaited
-(`outbox.step_batches`), so a request sends at most one message per engine step (and fewer when
-steps are faster than a broker round trip); the batches of all requests bound for one gateway travel
-together, one bundle per confirm (outbox.py). Replies go to the gateway's queue with `mandatory`:
-one the broker cannot route means the gateway is gone, and the request is aborted. A request is
-acked only once its final reply is confirmed, so a worker that dies leaves it to the broker to
-redeliver; the next worker asks the gateway what the client already has (`resume?`) and continues
-from the prompt plus those tokens. Embedding jobs come on the same queue and are answered by
-`embed.answer` (one reply; a redelivered one is computed again).
+Pull balancing: the worker reads the model's shared queue and its own lane (requests a gateway routed to
+it for the prefix its KV holds) through exactly one single-message consumer per slot (intake.py), so it
+never holds more unacked requests than it can run; the rest wait in the broker. Its heartbeat says its
+load, its lane, and the block hashes of what its slots hold (prefix.py), which is what gateways route by.
+Each request runs in `requests.BackendRequests`: its events (its backend's `EventStream`) are gathered
+while the previous reply's publisher confirm is awaited (`outbox.step_batches`), so a request sends at
+most one message per engine step (and fewer when steps are faster than a broker round trip); the batches
+of all requests bound for one gateway travel together, one bundle per confirm (outbox.py). Replies go to
+the gateway's queue with `mandatory`: one the broker cannot route means the gateway is gone, and the
+request is aborted. A request is acked only once its final reply is confirmed, so a worker that dies
+leaves it to the broker to redeliver; the next worker asks the gateway what the client already has
+(`resume?`) and continues from the prompt plus those tokens. Embedding jobs come on the same queue and
+are answered by `embed.answer` (one reply; a redelivered one is computed again).
 
 Decoding runs on the backend's engine thread; this event loop only moves messages (AMQP heartbeats keep
 flowing during long prefills).
@@ -44,15 +43,16 @@ from aiormq.exceptions import AMQPError, ChannelInvalidStateError, PublishError
 
 from outpost import tracing
 from outpost.backend import InferenceBackend
-from outpost.cluster import embed, topology, wire
-from outpost.cluster.cancels import CancelMemory
+from outpost.cluster import embed, wire
+from outpost.cluster.broker import topology
+from outpost.cluster.broker.session import BrokerSession, survive_connection_loss
 from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat, template_hash
-from outpost.cluster.intake import LANE, SHARED, Intake
-from outpost.cluster.outbox import Outboxes
 from outpost.cluster.prefix import BLOCK, PrefixIndex
-from outpost.cluster.resume import ResumeUnanswered, ask_resume, continued, may_have_started, park
-from outpost.cluster.runs import Runs, final_without_running
-from outpost.cluster.session import BrokerSession, survive_connection_loss
+from outpost.cluster.worker.cancels import CancelMemory
+from outpost.cluster.worker.intake import LANE, SHARED, Intake
+from outpost.cluster.worker.outbox import Outboxes
+from outpost.cluster.worker.requests import BackendRequests, final_without_running
+from outpost.cluster.worker.resume import ResumeUnanswered, ask_resume, continued, may_have_started, park
 from outpost.messages import TokenEvent
 
 if TYPE_CHECKING:
@@ -106,7 +106,9 @@ class Worker:
         self._conn: AbstractConnection | None = None
         self._session = BrokerSession(self.urls, "", self._setup)  # replaced by run()'s
         self._outboxes = Outboxes(self._publish_reply)
-        self._runs = Runs(backend, self.worker_id, self._cancels, lambda: self._session.since_connected())
+        self._requests = BackendRequests(
+            backend, self.worker_id, self._cancels, lambda: self._session.since_connected()
+        )
 
     @property
     def in_flight(self) -> int:
@@ -271,7 +273,7 @@ class Worker:
         except (AMQPError, ConnectionError, ChannelInvalidStateError, asyncio.CancelledError) as exc:
             if isinstance(exc, asyncio.CancelledError) and _cancelling():
                 raise
-            # The connection went under it: the broker gives the request again (session.py).
+            # The connection went under it: the broker gives the request again (broker/session.py).
             _log.warning("worker %s: lost the broker while serving a request (%r)", self.worker_id, exc)
         except ResumeUnanswered as exc:
             _log.warning(
@@ -326,15 +328,15 @@ class Worker:
             attempt, seq = state.attempt, state.seq
             request = continued(request, state.token_ids)
             _log.warning("worker %s: resuming %s after %d tokens", self.worker_id, rid, len(state.token_ids))
-        await self._runs.end_stale_copy(rid)
+        await self._requests.end_stale_copy(rid)
         final = final_without_running(request)
         if final is not None:
             await self._reply(reply_to, wire.ReplyBatch(rid, attempt, seq, [final]))
         else:
             with self._outboxes.open(reply_to) as box:
                 send = box.send if wire.reads_bundles(fields) else functools.partial(self._reply, reply_to)
-                final = await self._runs.generate(request, send, attempt, seq)
-            if self._runs.take_orphaned(rid):
+                final = await self._requests.generate(request, send, attempt, seq)
+            if self._requests.take_orphaned(rid):
                 await self._park(message, rid, reply_to)
                 return
             self._note_prefill(final)
@@ -382,28 +384,3 @@ class Worker:
     async def _publish_reply(self, reply_to: str, body: bytes, correlation: str) -> None:
         message = aio_pika.Message(body, correlation_id=correlation or None)
         await self._pub.default_exchange.publish(message, routing_key=reply_to, mandatory=True, timeout=30)
-
-
-async def serve_worker(
-    url: str | Sequence[str],
-    model: str,
-    backend: InferenceBackend,
-    worker_id: str | None = None,
-    tracer: Tracer | None = None,
-    quorum_size: int | None = None,
-) -> int:
-    """Run a worker until SIGTERM / SIGINT, then drain; returns the exit code."""
-    import signal
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    worker = Worker(url, model, backend, worker_id, tracer, quorum_size)
-    try:
-        await worker.run(stop)
-    finally:
-        if tracer is not None:
-            tracer.flush()
-    _log.warning("worker %s: drained after %d requests", worker.worker_id, worker.completed)
-    return 0

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from outpost.cluster.gateway import GatewayLink
+from outpost.cluster.gateway.link import GatewayLink
 
 
 class ClusterCollector(Collector):

@@ -1,4 +1,5 @@
-"""Free loopback ports for the servers and brokers tests start, picked outside the ephemeral range.
+"""Free loopback ports for the servers and brokers that tests and benchmarks start, picked outside the
+ephemeral range.
 
 Binding port 0 finds a free port in the kernel's ephemeral range, the range it also hands to every
 outgoing connection on the machine. Between a test picking such a port and its server binding it

@@ -15,8 +15,8 @@ from typing import Any
 from outpost.backend import BackendStats, PromptCodec
 from outpost.cluster import wire_embed
 from outpost.cluster.embed import vectors_of
-from outpost.cluster.gateway import GatewayLink
-from outpost.cluster.inflight import Pending
+from outpost.cluster.gateway.inflight import Pending
+from outpost.cluster.gateway.link import GatewayLink
 from outpost.messages import (
     EmbedInput,
     GenerateRequest,

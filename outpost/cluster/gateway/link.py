@@ -32,13 +32,16 @@ from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 
 from outpost import tracing
-from outpost.cluster import admission, topology, wire, wire_embed
+from outpost.cluster import wire, wire_embed
+from outpost.cluster.broker import connection, topology
+from outpost.cluster.broker.session import OUTAGE_BOUND_S, BrokerSession
 from outpost.cluster.embed import EmbedCalls
-from outpost.cluster.fleet import WorkerTable
-from outpost.cluster.inflight import Pending, nack_is_full, resubmit, resume_answer
-from outpost.cluster.routing import Route, Router
-from outpost.cluster.session import OUTAGE_BOUND_S, BrokerSession, survive_connection_loss
-from outpost.cluster.verdicts import BROKER_VERDICT, DEADLINE_GRACE_S, answer_dead, last_resort
+from outpost.cluster.gateway import admission
+from outpost.cluster.gateway.depths import QueueDepths
+from outpost.cluster.gateway.fleet import WorkerTable
+from outpost.cluster.gateway.inflight import Pending, nack_is_full, resubmit, resume_answer
+from outpost.cluster.gateway.routing import Route, Router
+from outpost.cluster.gateway.verdicts import BROKER_VERDICT, DEADLINE_GRACE_S, answer_dead, last_resort
 from outpost.messages import BackendUnavailable, GenerateRequest, QueueFull, TokenEvent
 
 _log = logging.getLogger("outpost.cluster.gateway")
@@ -71,7 +74,8 @@ class GatewayLink:
         self.reply_name = topology.reply_queue(self.gateway_id)
         self.pending: dict[str, Pending] = {}
         self.fleet = WorkerTable(self.models)
-        self.depths: dict[str, int] = {}
+        self.queues = QueueDepths(self.models)
+        self.depths = self.queues.depths  # the request queues' depths, polled (depths.py)
         self.counters = {
             "resumes": 0,
             "resubmitted": 0,  # requests in flight sent again after this gateway's link was lost
@@ -88,7 +92,7 @@ class GatewayLink:
         # The request queues' length limit (--max-queue, set by a policy): a nack at it is a full
         # queue (429), below it the broker could not take the message now (503). None: never full.
         self.max_queue = max_queue
-        self.gateways = {m: 1 for m in self.models}  # gateways serving each model: the bound's share
+        self.gateways = self.queues.gateways  # gateways serving each model: the bound's share
         self._conn: AbstractConnection | None = None
         self._session: BrokerSession | None = None
         self._run: asyncio.Future[None] | None = None
@@ -111,8 +115,9 @@ class GatewayLink:
             if self._run.done():
                 await self._run  # raises what stopped it (BrokerTLSError)
             self._run.cancel()
-            raise BackendUnavailable(f"broker unreachable at {topology.redact(self.url)}")
-        self._tasks = [asyncio.ensure_future(self._poll_depths()), asyncio.ensure_future(self._expire())]
+            raise BackendUnavailable(f"broker unreachable at {connection.redact(self.url)}")
+        polls = self.queues.poll(lambda: self.connected)
+        self._tasks = [asyncio.ensure_future(polls), asyncio.ensure_future(self._expire())]
 
     async def _setup(self, conn: AbstractConnection) -> None:
         """Everything on a new connection: channels, declares, consumers (fresh tags every time)."""
@@ -143,8 +148,7 @@ class GatewayLink:
         dead = await dead_ch.declare_queue(topology.DEAD_QUEUE, passive=True)  # declare_common's
         await dead.consume(self._on_dead)
         self._conn, self._pub, self._control, self._side = conn, pub, control, side
-        # Depth polls on a channel of their own, reopened when a failed declare closes it.
-        self._probe = await conn.channel()
+        await self.queues.attach(conn)
         await (await topology.declare_parked(dead_ch, self.reply_name, self.quorum)).consume(self._on_parked)
 
     async def _on_parked(self, message: AbstractIncomingMessage) -> None:
@@ -169,6 +173,7 @@ class GatewayLink:
 
     async def _on_lost(self) -> None:
         self._conn = None
+        self.queues.detach()
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -210,7 +215,7 @@ class GatewayLink:
             raise BackendUnavailable(f"no queue for model {model}") from exc
         except DeliveryError as exc:  # nacked: at the length limit, or the queue has no leader now
             self.pending.pop(rid, None)
-            if nack_is_full(await self._fresh_depth(model), self.max_queue):
+            if nack_is_full(await self.queues.fresh(model), self.max_queue):
                 raise QueueFull(f"the queue for {model} is full; retry later") from exc
             raise BackendUnavailable(
                 f"the message broker could not take the request for {model} now; retry later",
@@ -233,15 +238,6 @@ class GatewayLink:
             self.pending.values(), model, self.max_queue, self.gateways[model], len(self.embeds)
         ):
             raise QueueFull(f"the queue for {model} is full; retry later")
-
-    async def _fresh_depth(self, model: str) -> int | None:
-        """The request queue's depth now; None when it cannot be read (no leader, no connection)."""
-        try:
-            if self._probe.is_closed and self._conn is not None:
-                self._probe = await self._conn.channel()
-            return await asyncio.wait_for(topology.request_queue_depth(self._probe, model), 2.0)
-        except (TimeoutError, AMQPError, OSError, RuntimeError):
-            return None
 
     def _background(self, job: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(job)
@@ -395,20 +391,6 @@ class GatewayLink:
             self.routers[hb.model].heartbeat(hb.worker_id)
 
     # -- background -----------------------------------------------------------------------------
-
-    async def _poll_depths(self) -> None:
-        while True:
-            with (
-                survive_connection_loss(),
-                contextlib.suppress(AMQPError, OSError, RuntimeError, asyncio.TimeoutError),
-            ):
-                if self.connected and self._conn is not None:
-                    if self._probe.is_closed:  # a failed declare closed it; the connection is fine
-                        self._probe = await self._conn.channel()
-                    for model in self.models:
-                        self.depths[model] = await topology.request_queue_depth(self._probe, model)
-                        self.gateways[model] = max(1, await topology.gateways_connected(self._probe, model))
-            await asyncio.sleep(0.5)
 
     async def _expire(self) -> None:
         """A last resort for a final reply that never comes: past a request's deadline (e.g. a

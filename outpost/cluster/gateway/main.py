@@ -14,10 +14,10 @@ from typing import Any
 
 from outpost.api.app import create_app
 from outpost.api.server import DrainingServer, configure_logging, uvicorn_config
-from outpost.cluster import topology
-from outpost.cluster.gateway import GatewayLink
-from outpost.cluster.metrics import ClusterCollector
-from outpost.cluster.remote import RemoteBackend
+from outpost.cluster.broker import connection, topology
+from outpost.cluster.gateway.link import GatewayLink
+from outpost.cluster.gateway.metrics import ClusterCollector
+from outpost.cluster.gateway.remote import RemoteBackend
 from outpost.settings import GatewaySettings, HttpSettings, TracingSettings
 from outpost.tracing import Tracer
 
@@ -93,7 +93,7 @@ async def _serve(
         "gateway %s for %s via %s; listening on %s",
         link.gateway_id,
         ", ".join(ids),
-        ", ".join(topology.redact(u) for u in link.urls),
+        ", ".join(connection.redact(u) for u in link.urls),
         where,
     )
     server = DrainingServer(uv_config, app.state.server, where)

@@ -19,8 +19,9 @@ import aio_pika
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage
 from aiormq.exceptions import PublishError
 
-from outpost.cluster import topology, wire
-from outpost.cluster.session import GATEWAY_GRACE_S
+from outpost.cluster import wire
+from outpost.cluster.broker import topology
+from outpost.cluster.broker.publish import publish_to_gateway
 from outpost.messages import GenerateRequest
 
 RESUME_TIMEOUT_S = 10.0  # no answer to any of the repeats: the request goes back to the broker
@@ -63,7 +64,7 @@ def may_have_started(message: AbstractIncomingMessage) -> bool:
 
 
 async def park(exchange: AbstractExchange, body: bytes, rid: str, reply_to: str) -> bool:
-    """Hand a request back to the gateway at `reply_to` through its parked queue (topology.py): its
+    """Hand a request back to the gateway at `reply_to` through its parked queue (broker/topology.py): its
     reply queue is not there (gone with its node, or expired), and the gateway sends the request
     again once it is back. False when that queue is not there either: the gateway is gone for good."""
     parked = aio_pika.Message(body, correlation_id=rid, delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
@@ -92,19 +93,17 @@ async def ask_resume(
     answers one asker's repeats alike. Raises ResumeUnanswered after RESUME_TIMEOUT_S without one."""
     asker = uuid.uuid4().hex[:12]
     query = wire.encode_resume_query(rid, asker)
-    deadline = time.monotonic() + RESUME_TIMEOUT_S
-    unroutable_tries = int(GATEWAY_GRACE_S / 0.5) + 2  # bounded: grace / retry interval
-    while True:
+    deadline: float | None = None
+
+    async def ask() -> None:
         message = aio_pika.Message(query, reply_to=private_queue, correlation_id=rid)
-        try:
-            await exchange.publish(message, routing_key=reply_to, mandatory=True, timeout=10)
-        except PublishError:  # unroutable: gone, unless it may still be reconnecting
-            unroutable_tries -= 1
-            if since_connected() >= GATEWAY_GRACE_S or unroutable_tries <= 0:
-                return None
-            await asyncio.sleep(0.5)
-            deadline = time.monotonic() + RESUME_TIMEOUT_S  # asked of a gateway that is there
-            continue
+        await exchange.publish(message, routing_key=reply_to, mandatory=True, timeout=10)
+
+    while True:
+        if not await publish_to_gateway(ask, since_connected):
+            return None  # unroutable: its gateway is gone
+        if deadline is None:  # from the first question a gateway that is there took
+            deadline = time.monotonic() + RESUME_TIMEOUT_S
         left = deadline - time.monotonic()
         if left <= 0:
             raise ResumeUnanswered(rid)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from outpost.cluster.inflight import Pending
+from outpost.cluster.gateway.inflight import Pending
 
 
 def share(max_queue: int, gateways: int) -> int:

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from aio_pika.abc import AbstractChannel, AbstractConnection
 from aiormq.exceptions import AMQPError
 
-from outpost.cluster import topology
+from outpost.cluster.broker import connection
 
 _log = logging.getLogger("outpost.cluster")
 # aiormq logs every refused connect as an error (once a second through an outage); the session
@@ -97,7 +97,7 @@ class BrokerSession:
 
     async def run(self) -> None:
         """Connect, set up, and do it again after every loss, until cancelled (or a TLS failure:
-        `topology.BrokerTLSError` propagates, as no retry fixes it)."""
+        `connection.BrokerTLSError` propagates, as no retry fixes it)."""
         while True:
             conn = await self._connect_any()
             lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -114,7 +114,7 @@ class BrokerSession:
                     self.connected.set()
                     await lost
                     _log.warning(
-                        "%s: lost the broker at %s; reconnecting", self.name, topology.redact(self.url)
+                        "%s: lost the broker at %s; reconnecting", self.name, connection.redact(self.url)
                     )
             finally:
                 self.connected.clear()
@@ -134,7 +134,7 @@ class BrokerSession:
             url = self.urls[self._next % len(self.urls)]
             try:
                 conn = await asyncio.wait_for(
-                    topology.connect(url, self.name, heartbeat=AMQP_HEARTBEAT_S), CONNECT_TIMEOUT_S
+                    connection.connect(url, self.name, heartbeat=AMQP_HEARTBEAT_S), CONNECT_TIMEOUT_S
                 )
                 self.url = url
                 return conn
@@ -143,7 +143,7 @@ class BrokerSession:
                     _log.warning(
                         "%s: broker not reachable at %s (%s); retrying",
                         self.name,
-                        topology.redact(url),
+                        connection.redact(url),
                         type(exc).__name__,
                     )
                 tried += 1

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from outpost.cluster import topology, wire
+from outpost.cluster import wire
+from outpost.cluster.broker import topology
+from outpost.cluster.gateway.routing import WorkerView
 from outpost.cluster.heartbeat import Heartbeat, decode_heartbeat
-from outpost.cluster.routing import WorkerView
 
 _log = logging.getLogger("outpost.cluster.gateway")
 

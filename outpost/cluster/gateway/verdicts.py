@@ -2,25 +2,24 @@
 
 Every gateway consumes `outpost.dead` (topology.DEAD_QUEUE) and answers for whichever gateway a
 dead-lettered request came from (`answer_dead`): expired in the queue is a timeout (504), past the
-delivery limit is poison (an error), anything else was dropped by the broker. The answer is a reply
-batch with attempt `BROKER_VERDICT`, which always ends the request at its gateway. A reply queue
-that is not there soon after a reconnect may be its gateway declaring it again: the message is
-requeued. `last_resort` is the gateway's own final event for a request whose final reply never
-comes: past its deadline plus DEADLINE_GRACE_S (e.g. a dead letter lost with its broker), or the
-broker unreachable for too long.
+delivery limit is poison (an error), anything else was dropped by the broker. The answer is a reply batch
+with attempt `BROKER_VERDICT`, which always ends the request at its gateway. A reply queue that is not
+there soon after a reconnect may be its gateway declaring it again: the answer is sent again meanwhile
+(broker/publish.py), the dead letter unacked until then. `last_resort` is the gateway's own final event
+for a request whose final reply never comes: past its deadline plus DEADLINE_GRACE_S (e.g. a dead letter
+lost with its broker), or the broker unreachable for too long.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import aio_pika
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage
-from aiormq.exceptions import PublishError
 
-from outpost.cluster import topology, wire
-from outpost.cluster.session import GATEWAY_GRACE_S
+from outpost.cluster import wire
+from outpost.cluster.broker import topology
+from outpost.cluster.broker.publish import publish_to_gateway
 from outpost.messages import FinishReason, GenerateRequest, TokenEvent
 
 BROKER_VERDICT = -1  # the attempt number of a dead-letter queue's final reply
@@ -51,20 +50,14 @@ async def answer_dead(
         )
     if message.reply_to and rid:
         body = wire.encode_batch(wire.ReplyBatch(rid, BROKER_VERDICT, 0, [final]))
-        try:
-            await exchange().publish(
-                aio_pika.Message(body, correlation_id=rid),
-                routing_key=message.reply_to,
-                mandatory=True,
-                timeout=10,
-            )
-        except PublishError:
-            if since_connected() < GATEWAY_GRACE_S:
-                # Its gateway may be re-declaring its reply queue after the same outage.
-                await asyncio.sleep(0.5)
-                await message.nack(requeue=True)
-                return
-            # Else its gateway is gone: nobody to tell.
+        reply_to = message.reply_to
+        # False when its gateway is gone: nobody to tell.
+        await publish_to_gateway(
+            lambda: exchange().publish(
+                aio_pika.Message(body, correlation_id=rid), routing_key=reply_to, mandatory=True, timeout=10
+            ),
+            since_connected,
+        )
     await message.ack()
 
 

@@ -137,9 +137,6 @@ class Intake:
     def held(self) -> int:
         return sum(c.held for c in self.plan.credits)
 
-    def lane_credits(self) -> int:
-        return self.plan.count(LANE)
-
     async def rebalance(self, depths: dict[str, int], hint: str | None = None) -> None:
         if self._stopping:
             return
