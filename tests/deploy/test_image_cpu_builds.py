@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 from podman_harness import FIGURES, ROOT, podman, podman_env
-from ports import free_port
 
+from benchmarks.harness.ports import free_port
 from outpost.engine.cpu_builds import BUILDS, cpu_features
 
 pytestmark = pytest.mark.deploy
