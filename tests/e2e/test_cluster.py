@@ -236,8 +236,10 @@ def test_worker_embedding_model_as_on_serve(
 
 @pytest.mark.parametrize(
     "body",
-    [{"input": "apple " * 3000}, {"input": []}, {"input": ["ok", 5]}],
-    ids=["longer than the embedding context", "empty list", "not a string"],
+    # ["ok", 5] is one input of text and a token id on serve now (llama-server's reading); 5.5 is
+    # neither text nor a token id anywhere
+    [{"input": "apple " * 3000}, {"input": []}, {"input": ["ok", 5.5]}],
+    ids=["longer than the embedding context", "empty list", "neither text nor a token id"],
 )
 def test_bad_embeddings_body_as_on_serve(
     fleet: tuple[Gateway, list[Proc]], serve: Server, body: dict[str, Any]
