@@ -7,13 +7,11 @@ printed); otherwise the session builds it with deploy/image.sh.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 
 import pytest
-from podman_harness import COMPOSE_DIR, FIGURES, RABBITMQ_IMAGE, ROOT, podman, podman_env
+from podman_harness import COMPOSE_DIR, FIGURES, RABBITMQ_IMAGE, built_image, podman
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -34,20 +32,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def image() -> Iterator[str]:
     if shutil.which("podman") is None:
         pytest.fail("podman is missing: make deploy-deps installs it")
-    name = os.environ.get("OUTPOST_TEST_IMAGE")
-    if not name:
-        out = subprocess.run(
-            [str(ROOT / "deploy" / "image.sh")],
-            env=podman_env(),
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
-        assert out.returncode == 0, out.stderr[-4000:]
-        name = out.stdout.strip().splitlines()[-1]
-    size = int(podman("image", "inspect", "--format", "{{.Size}}", name).stdout)
-    FIGURES["image"] = f"{name}, {size / 1e6:.0f} MB"
-    yield name
+    yield built_image("OUTPOST_TEST_IMAGE", "image")
 
 
 @pytest.fixture(scope="session")

@@ -33,6 +33,22 @@ def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.C
     )
 
 
+def built_image(variable: str, figure: str, arch: str | None = None) -> str:
+    """The image named by `variable` (make test-deploy passes the one it built), else one built now with
+    deploy/image.sh (for `arch`, or this machine's); its size becomes a deploy figure."""
+    name = os.environ.get(variable)
+    if not name:
+        env = {**podman_env(), **({"ARCH": arch} if arch else {})}
+        out = subprocess.run(
+            [str(ROOT / "deploy" / "image.sh")], env=env, capture_output=True, text=True, timeout=3600
+        )
+        assert out.returncode == 0, out.stderr[-4000:]
+        name = out.stdout.strip().splitlines()[-1]
+    size = int(podman("image", "inspect", "--format", "{{.Size}}", name).stdout)
+    FIGURES[figure] = f"{name}, {size / 1e6:.0f} MB"
+    return name
+
+
 def live_workers(health: dict[str, Any]) -> list[dict[str, Any]]:
     """The workers a gateway's /health lists as serving (not draining)."""
     workers = health.get("workers", [])

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from podman_harness import FIGURES, ROOT, podman, podman_env
+from podman_harness import FIGURES, built_image, podman
 
 from benchmarks.harness.ports import free_port
 from outpost.engine.cpu_builds import BUILDS, cpu_features
@@ -41,20 +40,7 @@ EMULATED_LIMIT_S = 1500
 
 @pytest.fixture(scope="module")
 def arm64_image() -> str:
-    name = os.environ.get("OUTPOST_TEST_IMAGE_ARM64")
-    if not name:
-        out = subprocess.run(
-            [str(ROOT / "deploy" / "image.sh")],
-            env={**podman_env(), "ARCH": "arm64"},
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
-        assert out.returncode == 0, out.stderr[-4000:]
-        name = out.stdout.strip().splitlines()[-1]
-    size = int(podman("image", "inspect", "--format", "{{.Size}}", name).stdout)
-    FIGURES["arm64 image"] = f"{name}, {size / 1e6:.0f} MB"
-    return name
+    return built_image("OUTPOST_TEST_IMAGE_ARM64", "arm64 image", arch="arm64")
 
 
 @pytest.fixture(scope="module")
