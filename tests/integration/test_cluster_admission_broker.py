@@ -3,7 +3,6 @@ gateways there are, and admits its share of `--max-queue` (no worker: every requ
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
@@ -25,9 +24,15 @@ def test_two_gateways_each_admit_half_of_the_bound(rabbitmq: Any) -> None:
             await link.start()
         try:
             await until(lambda: all(link.gateways[model] == 2 for link in links), "both gateways counted")
-            other = GatewayLink(rabbitmq.url, ["test-" + uuid.uuid4().hex[:8]], max_queue=6)
+            other_model = "test-" + uuid.uuid4().hex[:8]
+            other = GatewayLink(rabbitmq.url, [other_model], max_queue=6)
             await other.start()  # a gateway of another model: not counted
-            await asyncio.sleep(1.5)  # three depth polls
+            await until(lambda: other.queues.rounds >= 1, "the other gateway's first count")
+            seen = [link.queues.rounds for link in links]  # polls that may predate it
+            await until(
+                lambda: all(link.queues.rounds >= n + 2 for link, n in zip(links, seen, strict=True)),
+                "two more counts by each gateway",
+            )
             await other.close()
             for link in links:
                 assert link.gateways[model] == 2

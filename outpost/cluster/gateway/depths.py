@@ -28,6 +28,7 @@ class QueueDepths:
         self.models = models
         self.depths: dict[str, int] = {}
         self.gateways = {m: 1 for m in models}  # gateways serving each model: the bound's share
+        self.rounds = 0  # completed polls of every model: what a reader waits on for a fresh count
         self._conn: AbstractConnection | None = None
         self._probe: AbstractChannel | None = None
 
@@ -65,4 +66,5 @@ class QueueDepths:
                     for model in self.models:
                         self.depths[model] = await topology.request_queue_depth(probe, model)
                         self.gateways[model] = max(1, await topology.gateways_connected(probe, model))
+                    self.rounds += 1
             await asyncio.sleep(POLL_S)
