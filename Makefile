@@ -68,6 +68,9 @@ ARCH ?=
 image: deploy-deps
 	ARCH=$(ARCH) deploy/image.sh
 
+# bash with pipefail: a failed image.sh must stop the tier, not leave `tail` an empty name to pass on.
+test-deploy: SHELL := /bin/bash
+test-deploy: .SHELLFLAGS := -o pipefail -c
 test-deploy: install deploy-deps
 	$(BIN)/python -m pip install -q -e ".[dev,deploy]"
 	OUTPOST_TEST_IMAGE=$$(deploy/image.sh | tail -n 1) && export OUTPOST_TEST_IMAGE && \
