@@ -106,10 +106,8 @@ def _answers_paris(url: str, timeout: float) -> str:
 
 def cpu_model() -> str:
     """lscpu's words for this host's CPU: which one a figure came from."""
-    fields = dict(
-        line.split(":", 1) for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-        if ":" in line
-    )
+    lines = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
     named = ("Model name", "CPU family", "Model")
     return ", ".join(f"{key.lower()} {fields[key].strip()}" for key in named if key in fields)
 
