@@ -266,7 +266,12 @@ class QueueFull(Exception):
 
 
 class RequestRejected(ValueError):
-    """A request the engine can never serve as asked (e.g. longer than the context); a 400."""
+    """A request the engine can never serve as asked (e.g. longer than the context); a 400.
+    `param`: the request field at fault, where one is."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class ContextExceeded(RequestRejected):

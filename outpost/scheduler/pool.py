@@ -118,7 +118,9 @@ class SlotPool:
         0 where it was computed under other LoRA settings."""
         limit = len(tokens) - 1
         return {
-            s.seq_id: common_prefix_len(s.cached, tokens, limit) if self.prefix_cache and s.lora == lora else 0
+            s.seq_id: common_prefix_len(s.cached, tokens, limit)
+            if self.prefix_cache and s.lora == lora
+            else 0
             for s in self.slots
         }
 

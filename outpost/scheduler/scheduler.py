@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
-from outpost.messages import LoraScales
+from outpost.messages import FinishReason, GenerateRequest, LoraScales, QueueFull, RequestRejected, TokenEvent
 from outpost.scheduler.config import SchedulerConfig
 from outpost.scheduler.lora_turns import LoraTurns
 from outpost.scheduler.output import (

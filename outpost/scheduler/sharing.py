@@ -51,7 +51,12 @@ def source_to_await(
 
 
 def next_move(
-    pool: SlotPool, tokens: list[int], wait: Wait, dst: Slot, running: Iterable[RequestState], lora: LoraScales
+    pool: SlotPool,
+    tokens: list[int],
+    wait: Wait,
+    dst: Slot,
+    running: Iterable[RequestState],
+    lora: LoraScales,
 ) -> PrefixPlan | Wait:
     """What a request awaiting `wait` in slot `dst` does this step: a plan to apply now (the prefix
     is ready to copy, or the wait is over), or the wait to go on with (maybe on another source).

@@ -6,6 +6,8 @@ No model: the fake runner checks KV bookkeeping; the tests read each step's `Sch
 
 from __future__ import annotations
 
+import itertools
+
 from fake_runner import reference_tokens
 from sched_harness import Harness
 
@@ -21,7 +23,11 @@ PROMPT = list(range(10, 40))
 
 def config(n_slots: int = 6, budget: int = 512, **kwargs: object) -> SchedulerConfig:
     return SchedulerConfig(
-        n_slots=n_slots, n_ctx=512 * n_slots, n_ctx_seq=512, step_token_budget=budget, **kwargs  # type: ignore[arg-type]
+        n_slots=n_slots,
+        n_ctx=512 * n_slots,
+        n_ctx_seq=512,
+        step_token_budget=budget,
+        **kwargs,  # type: ignore[arg-type]
     )
 
 
@@ -84,25 +90,25 @@ def test_no_starvation_by_a_busy_group() -> None:
     h.run()
     steps_with_b = [n for n, out in enumerate(h.runner.steps) if out.lora == B and out.chunks]
     assert len(steps_with_b) == 10  # its prompt and 9 decode steps, then it is done
-    gaps = [b - a for a, b in zip(steps_with_b, steps_with_b[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(steps_with_b)]
     assert max(gaps) <= 2
     assert h.token_ids(lone) == reference_tokens([50, *PROMPT], 10)
 
 
 def test_prefix_reused_only_under_equal_settings() -> None:
     h = Harness(config(n_slots=2))
-    first = h.add(PROMPT + [1], 4, lora=A)
+    first = h.add([*PROMPT, 1], 4, lora=A)
     h.run()
     assert h.final(first).timings is not None
-    same = h.add(PROMPT + [2], 4, lora=A)
+    same = h.add([*PROMPT, 2], 4, lora=A)
     h.run()
     timings = h.final(same).timings
     assert timings is not None and timings.cache_n == len(PROMPT)
-    other = h.add(PROMPT + [3], 4, lora=B)
+    other = h.add([*PROMPT, 3], 4, lora=B)
     h.run()
     timings = h.final(other).timings
     assert timings is not None and timings.cache_n == 0
-    plain = h.add(PROMPT + [4], 4)
+    plain = h.add([*PROMPT, 4], 4)
     h.run()
     timings = h.final(plain).timings
     assert timings is not None and timings.cache_n == 0
@@ -111,8 +117,8 @@ def test_prefix_reused_only_under_equal_settings() -> None:
 def test_prefix_being_computed_is_not_awaited_across_settings() -> None:
     """Two cold requests sharing a prefix under different settings each compute it."""
     h = Harness(config(n_slots=2))
-    h.add(PROMPT + [1], 2, lora=A)
-    h.add(PROMPT + [2], 2, lora=B)
+    h.add([*PROMPT, 1], 2, lora=A)
+    h.add([*PROMPT, 2], 2, lora=B)
     h.step()
     assert not any(s.awaiting for s in h.sched._running)
     h.run()
