@@ -10,7 +10,6 @@ reads headers only (no llama.cpp), so `serve` and `worker` refuse a wrong file b
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from gguf import GGUFWriter
 
 from outpost.models.files import temp_path_beside
 from outpost.models.shapes import get_shape
-from outpost.models.synth import tensor_specs
+from outpost.models.synth import finish_small_gguf, tensor_specs
 from outpost.sizing.footprint import Tensor, read_header
 
 DEFAULT_TARGETS = ("output.weight",)
@@ -110,13 +109,7 @@ def write_lora_adapter(
         writer.add_name(f"outpost-synthetic-{shape}-lora")
         writer.add_string("adapter.type", "lora")
         writer.add_float32("adapter.lora.alpha", float(rank if alpha is None else alpha))
-        for name, array in tensors.items():
-            writer.add_tensor(name, array)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp, out_path)
+        finish_small_gguf(writer, tensors.items(), tmp, out_path)
     finally:
         tmp.unlink(missing_ok=True)
     return out_path
