@@ -25,6 +25,8 @@ from outpost.messages import (
     EmbedInput,
     FimTokens,
     GenerateRequest,
+    LoraAdapter,
+    LoraScales,
     SlotAction,
     SlotResult,
     TokenEvent,
@@ -141,6 +143,16 @@ class InferenceBackend(Protocol):
     async def slot_action(self, action: SlotAction) -> SlotResult:
         """llama-server's slot save / restore / erase; SlotActionError when it cannot be done
         (slot files not enabled, not supported here, unknown or busy slot, a bad file)."""
+        ...
+
+    def lora_adapters(self) -> list[LoraAdapter]:
+        """The LoRA adapters loaded, with their default scales (llama-server's GET /lora-adapters);
+        NotSupported where they are not known here (a gateway's are its workers')."""
+        ...
+
+    def set_lora_scales(self, scales: LoraScales) -> None:
+        """New default scales, ids not given at 0 (POST /lora-adapters); RequestRejected for an
+        id not loaded, NotSupported where the adapters are not here."""
         ...
 
     def describe(self) -> dict[str, Any]:

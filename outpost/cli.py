@@ -94,6 +94,18 @@ def _add_models_parser(sub: Any) -> None:
     s.add_argument("--quant", default="f16", help="f16 (default), q8_0, q4_0 or q4_K_M")
     s.add_argument("-o", "--output", required=True, help="output .gguf path")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument(
+        "--lora",
+        action="store_true",
+        help="write a LoRA adapter (llama.cpp's GGUF) for the --shape model instead of the model",
+    )
+    s.add_argument("--lora-rank", type=int, default=4, help="the adapter's rank r (default 4)")
+    s.add_argument("--lora-alpha", type=float, help="adapter.lora.alpha (default: the rank, alpha / r = 1)")
+    s.add_argument(
+        "--lora-target",
+        action="append",
+        help="weight the adapter changes (repeatable; default output.weight, the output projection)",
+    )
     s.set_defaults(handler=_cmd_models_synth)
     add_models_store_parsers(msub)
 
@@ -161,6 +173,16 @@ def _cmd_models_synth(args: argparse.Namespace) -> int:
     if args.shape not in SHAPES:
         shapes = ", ".join([*SHAPES, synth_rerank.SHAPE])
         raise UsageError(f"unknown shape {args.shape!r}; choose one of: {shapes}")
+    if args.lora:
+        from outpost.models.lora import DEFAULT_TARGETS, write_lora_adapter
+
+        targets = args.lora_target or DEFAULT_TARGETS
+        print(
+            write_lora_adapter(
+                args.shape, Path(args.output), args.lora_rank, args.lora_alpha, targets, args.seed
+            )
+        )
+        return 0
     path = write_synthetic_model(
         args.shape, Path(args.output), quant=args.quant, seed=args.seed, progress=progress_bar(args.shape)
     )

@@ -83,7 +83,10 @@ def _value(parser: argparse.ArgumentParser, action: argparse.Action, name: str, 
             parser.error(f"{name}={raw!r}: use 1/true/yes/on or 0/false/no/off")
         return word in _TRUE
     if isinstance(action, argparse._AppendAction) or action.nargs in ("*", "+"):
-        return [_convert_one(parser, action, name, v.strip()) for v in raw.split(",") if v.strip()]
+        items = [_convert_one(parser, action, name, v.strip()) for v in raw.split(",") if v.strip()]
+        if isinstance(action, argparse._AppendAction) and action.nargs in ("*", "+"):
+            return [[item] for item in items]  # as the flag given once per item, one word each
+        return items
     return _convert_one(parser, action, name, raw)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Literal, get_args
@@ -97,6 +98,26 @@ class SpecRequest:
         return SpecParams(self.type or base.type, n_max, n_min)
 
 
+# LoRA adapter settings: (adapter id, scale) for each adapter applied, ids rising, no zero scales
+# (`lora_settings`); () applies none. Requests with equal settings may share a decode step.
+LoraScales = tuple[tuple[int, float], ...]
+
+
+def lora_settings(pairs: Iterable[tuple[int, float]]) -> LoraScales:
+    """The normal form of (id, scale) pairs: the last scale given for an id wins, zero scales go."""
+    scales = dict(pairs)
+    return tuple((i, float(scales[i])) for i in sorted(scales) if scales[i] != 0.0)
+
+
+@dataclass(frozen=True)
+class LoraAdapter:
+    """A LoRA adapter the engine loaded (`--lora`), llama-server's `GET /lora-adapters` entry."""
+
+    id: int
+    path: str
+    scale: float  # the server-wide default, set by the flags and POST /lora-adapters
+
+
 # One embeddings input: a text, or token ids of the embedding model's vocabulary (OpenAI allows both).
 EmbedInput = str | list[int]
 
@@ -140,6 +161,9 @@ class GenerateRequest:
     slot: int = -1
     # llama-server's `return_progress`: an event after each prompt chunk is read (`TokenEvent.progress`).
     progress: bool = False
+    # llama-server's per-request `lora`: the adapter settings it decodes under (adapters it does not
+    # name: scale 0). None: the server's defaults at submission (its flags, POST /lora-adapters).
+    lora: LoraScales | None = None
 
 
 @dataclass(frozen=True)
@@ -242,7 +266,12 @@ class QueueFull(Exception):
 
 
 class RequestRejected(ValueError):
-    """A request the engine can never serve as asked (e.g. longer than the context); a 400."""
+    """A request the engine can never serve as asked (e.g. longer than the context); a 400.
+    `param`: the request field at fault, where one is."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class ContextExceeded(RequestRejected):

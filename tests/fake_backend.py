@@ -36,7 +36,10 @@ from outpost.messages import (
     FimTokens,
     FinishReason,
     GenerateRequest,
+    LoraAdapter,
+    LoraScales,
     NotSupported,
+    RequestRejected,
     SlotAction,
     SlotActionError,
     SlotResult,
@@ -255,6 +258,13 @@ class FakeBackend:
         raise SlotActionError(
             "This server does not support slots action. Start it with `--slot-save-path`", "disabled"
         )
+
+    def lora_adapters(self) -> list[LoraAdapter]:
+        return []
+
+    def set_lora_scales(self, scales: LoraScales) -> None:
+        if scales:
+            raise RequestRejected(f"lora: no LoRA adapter has id {scales[0][0]} (none is loaded)", "lora")
 
     def describe(self) -> dict[str, Any]:
         return {"architecture": "fake"}

@@ -119,7 +119,7 @@ def from_engine_rejection(exc: RequestRejected) -> ApiError:
         return context_length_exceeded(text, exc.param, (exc.n_prompt, exc.n_ctx))
     if "tokens" in text and ("position" in text or "context" in text):
         return context_length_exceeded(text)
-    return bad_request(text)
+    return bad_request(text, exc.param)
 
 
 def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:

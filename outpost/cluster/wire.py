@@ -26,6 +26,7 @@ from typing import Any
 from outpost.messages import (
     FinishReason,
     GenerateRequest,
+    LoraScales,
     SamplingParams,
     SpecRequest,
     Timings,
@@ -154,6 +155,12 @@ def _spec_in(d: Any) -> SpecRequest | None:
     return SpecRequest(None if kind is None else str(kind), count("n_max"), count("n_min"))
 
 
+def _lora_in(d: Any) -> LoraScales | None:
+    if d is None:
+        return None
+    return tuple((int(i), float(scale)) for i, scale in d)
+
+
 def encode_request(req: GenerateRequest, resubmitted: bool = False) -> bytes:
     """`resubmitted`: sent again by its gateway after its own link was lost; some worker may have
     sent tokens of it, so the one that takes it asks `resume?` first, as for a redelivery."""
@@ -170,6 +177,8 @@ def encode_request(req: GenerateRequest, resubmitted: bool = False) -> bytes:
             "n_resumed": req.n_resumed,
             # Absent when the request has none (v1 workers before speculative decoding ignore it).
             **({"speculative": _spec_out(req.speculative)} if req.speculative is not None else {}),
+            # Absent for the server's default scales (earlier v1 workers ignore it: their defaults).
+            **({"lora": [[i, scale] for i, scale in req.lora]} if req.lora is not None else {}),
             "reply_bundles": True,  # this gateway reads `bundle` replies (older workers ignore this)
             **({"resubmitted": True} if resubmitted else {}),
         }
@@ -190,6 +199,7 @@ def decode_request(body: bytes | dict[str, Any]) -> GenerateRequest:
             arrival_time=to_monotonic(float(d["arrival_unix"])),
             n_resumed=int(d.get("n_resumed", 0)),  # absent in messages of earlier v1 senders
             speculative=_spec_in(d.get("speculative")),
+            lora=_lora_in(d.get("lora")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed request message: {exc!r}") from exc

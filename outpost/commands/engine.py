@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from outpost.engine.config import EngineConfig, resolve_flash_attn
+from outpost.models.lora import check_lora_adapter
 from outpost.serving.assembly import Engine
 from outpost.settings import EngineSettings
 from outpost.settings.fields import existing_file
@@ -35,6 +36,10 @@ def engine_config(settings: EngineSettings, model_path: str) -> EngineConfig:
     }
     if isinstance(settings.threads, int):
         options["n_threads"] = settings.threads
+    adapters = tuple(path for path, _ in settings.lora_adapters)
+    for path in adapters:  # a wrong adapter is a usage error, before llama.cpp would refuse it
+        check_lora_adapter(path, model_path)
+    options["lora_adapters"] = adapters
     return EngineConfig.model_validate(options)
 
 

@@ -11,6 +11,7 @@ from outpost.api.server import DrainingServer, configure_logging, uvicorn_config
 from outpost.api.state import Backends
 from outpost.commands.engine import engine_config, sized, start_engine
 from outpost.serving.local_backend import LocalBackend
+from outpost.serving.lora_defaults import LoraDefaults
 from outpost.settings import EngineSettings, HttpSettings, ServeSettings, TracingSettings
 from outpost.tracing import tracer_for
 
@@ -28,6 +29,7 @@ def build_local_backends(engine: EngineSettings, model_path: str, max_queue: int
             threads,
             engine.slot_save_path,
             engine.reranker_path(model_path),
+            LoraDefaults(engine.lora_adapters),
         )
     }
 

@@ -8,6 +8,7 @@ from outpost.cluster.worker.main import serve_worker
 from outpost.commands.broker import connect_urls
 from outpost.commands.engine import sized, start_engine
 from outpost.serving.local_backend import LocalBackend
+from outpost.serving.lora_defaults import LoraDefaults
 from outpost.settings import BrokerSettings, EngineSettings, TracingSettings, WorkerSettings
 from outpost.tracing import tracer_for
 
@@ -25,7 +26,8 @@ def run_worker(
     assert isinstance(engine.parallel, int)  # sized
     # The engine's own queue never fills: the consumer holds at most `parallel` requests.
     # The same seam as serve's: embeddings on the engine thread, requests as EventStreams.
-    backend = LocalBackend(start_engine(engine, model_path, engine.parallel), engine.embedding_model)
+    running = start_engine(engine, model_path, engine.parallel)
+    backend = LocalBackend(running, engine.embedding_model, lora=LoraDefaults(engine.lora_adapters))
     try:
         tracer = tracer_for(tracing.otlp_endpoint, "outpost-worker")
         model_id = engine.served_model_id(model_path)

@@ -102,6 +102,9 @@ class EngineConfig(BaseModel):
     use_mmap: bool = True
     use_mlock: bool = False
     chat_template: str | None = Field(None, description="jinja template overriding the GGUF's own")
+    lora_adapters: tuple[str, ...] = Field(
+        (), description="LoRA adapter GGUFs loaded after the model (ids 0, 1, ... in this order)"
+    )
 
     @property
     def effective_flash_attn(self) -> Literal["on", "off", "auto"]:

@@ -90,6 +90,7 @@ class ModelRunner:
         for chunk in chunks:
             if chunk.n_draft:  # a draft's outputs are verified on the host, one by one
                 self.samplers[chunk.seq_id].detach(self.model.ctx)
+        self.model.apply_lora(out.lora)  # per context: a step holds one group's settings
         outputs = self.batch.fill(chunks)
         status = int(llama.llama_decode(self.model.ctx, self.batch.struct))
         if status != 0:

@@ -1,8 +1,8 @@
 """A loaded GGUF model and its llama.cpp context, freed in the right order.
 
-`LoadedModel` owns three native handles: the model, the context made from it, and (through
-`Vocab`) a view of the model's vocabulary. `close()` frees the context before the model; nothing
-else in Outpost frees them.
+`LoadedModel` owns the native handles: the model, its LoRA adapters (lora.py), the context made
+from it, and (through `Vocab`) a view of the model's vocabulary. `close()` frees the context, then
+the adapters, then the model; nothing else in Outpost frees them.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from outpost.engine.codec import LlamaCodec, read_metadata
 from outpost.engine.config import EngineConfig
 from outpost.engine.lib import CPU_BUILD, ensure_backend, llama, recent_problems
 from outpost.engine.logits import logits_row
+from outpost.engine.lora import LoraAdapters, LoraLoadError
 from outpost.engine.repack_overrides import RepackOverrides
 from outpost.engine.vocab import Vocab
-from outpost.messages import SPLIT_MODES
+from outpost.messages import SPLIT_MODES, LoraScales
 
 _log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class LoadedModel:
         self._ctx: Any = None
         self._tensor_split: Any = None  # keeps the float array alive while llama.cpp may read it
         self._overrides: RepackOverrides | None = None  # the same, for the tensor override array
+        self.adapters: LoraAdapters | None = None
         self._model = llama.llama_model_load_from_file(config.model_path.encode(), self._model_params())
         if not self._model:
             raise ModelLoadError(
@@ -55,6 +57,10 @@ class LoadedModel:
         try:
             self.vocab = Vocab(llama.llama_model_get_vocab(self._model))
             self.n_ctx_train = int(llama.llama_model_n_ctx_train(self._model))
+            try:
+                self.adapters = LoraAdapters(self._model, config.lora_adapters)
+            except LoraLoadError as exc:
+                raise ModelLoadError(str(exc)) from None
             self._ctx = llama.llama_init_from_model(self._model, self._context_params())
             if not self._ctx:
                 raise ModelLoadError(
@@ -123,6 +129,11 @@ class LoadedModel:
     def model(self) -> Any:
         return self._model
 
+    def apply_lora(self, lora: LoraScales) -> None:
+        """The context decodes with these adapter settings from now on (ids: --lora's order)."""
+        if self.adapters is not None:
+            self.adapters.apply(self._ctx, lora)
+
     def metadata(self, key: str) -> str | None:
         """A GGUF metadata value as text, or None when the key is absent."""
         return read_metadata(self._model, key)
@@ -153,6 +164,9 @@ class LoadedModel:
         if self._ctx:
             llama.llama_free(self._ctx)
             self._ctx = None
+        if self.adapters is not None:
+            self.adapters.free()
+            self.adapters = None
         if self._model:
             llama.llama_model_free(self._model)
             self._model = None

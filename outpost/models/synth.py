@@ -10,7 +10,7 @@ multi-GB models. Quantized outputs go through llama.cpp's own quantizer (outpost
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
@@ -161,6 +161,20 @@ def write_f16_gguf(
                 progress(index + 1, total, spec.name)
     finally:
         writer.close()
+
+
+def finish_small_gguf(
+    writer: GGUFWriter, tensors: Iterable[tuple[str, Any]], tmp: Path, out_path: Path
+) -> None:
+    """Adds in-memory `tensors` to `writer` (its metadata added, writing to `tmp`), writes the file
+    and renames it to `out_path`: a small GGUF (reranker, LoRA adapter) whole, then atomically."""
+    for name, data in tensors:
+        writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    os.replace(tmp, out_path)
 
 
 def write_vocab_only_gguf(shape: str, out_path: Path) -> Path:

@@ -11,13 +11,13 @@ one classifier label, add BOS/EOS/SEP. Random weights: scores are deterministic,
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 from gguf import GGUFWriter, LlamaFileType, PoolingType
 
 from outpost.models.files import temp_path_beside
+from outpost.models.synth import finish_small_gguf
 from outpost.models.tokenizer import ENDOFTEXT_ID, add_tokenizer_metadata, build_vocab
 
 SHAPE = "reranker-tiny"
@@ -93,13 +93,7 @@ def write_reranker_gguf(out_path: Path, seed: int = 0) -> Path:
         writer.add_token_type_count(2)
         writer.add_sep_token_id(ENDOFTEXT_ID)
         writer.add_add_sep_token(True)
-        for name, data in _tensors(np.random.default_rng([seed, 0x4E4B])):
-            writer.add_tensor(name, data)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp, out_path)
+        finish_small_gguf(writer, _tensors(np.random.default_rng([seed, 0x4E4B])), tmp, out_path)
     finally:
         tmp.unlink(missing_ok=True)
     return out_path

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from outpost.messages import SamplingParams, TokenLogprob
+from outpost.messages import LoraScales, SamplingParams, TokenLogprob
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,8 @@ class SchedulerOutput:
     sampler_drops: list[str] = field(default_factory=list)
     chunks: list[BatchChunk] = field(default_factory=list)
     draft_asks: list[DraftAsk] = field(default_factory=list)
+    # The LoRA settings every chunk decodes under: a step never mixes them (lora_turns.py).
+    lora: LoraScales = ()
 
     @property
     def num_tokens(self) -> int:

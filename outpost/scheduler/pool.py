@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from outpost.messages import LoraScales
 from outpost.scheduler.output import MemoryOp, SeqCopy, SeqRemove
 from outpost.scheduler.slots import Slot, cells_used, common_prefix_len
 
@@ -75,9 +76,9 @@ class SlotPool:
         self.n_busy -= 1
         self.touch(slot)
 
-    def plan(self, tokens: list[int], pinned: int = -1) -> PrefixPlan:
+    def plan(self, tokens: list[int], pinned: int = -1, lora: LoraScales = ()) -> PrefixPlan:
         """Picks the free slot for `tokens` (`pinned`, a free one, if >= 0) and the prefix it can
-        reuse (needs a free slot).
+        reuse (needs a free slot), from caches computed under the request's `lora` settings only.
 
         See the class docstring for the slot choice. If any other slot (busy ones too: their
         evaluated tokens are stable) holds a longer prefix, at least `copy_min` tokens long, it is
@@ -85,7 +86,7 @@ class SlotPool:
         get logits.
         """
         free = [s for s in self.slots if not s.busy]
-        best = self._prefix_lens(tokens)
+        best = self._prefix_lens(tokens, lora)
         if pinned >= 0:
             dst = self.slots[pinned]
         elif self.compact:
@@ -108,15 +109,18 @@ class SlotPool:
             dst = min(free, key=_lru_key)
         return self._plan_into(dst, best)
 
-    def plan_for(self, dst: Slot, tokens: list[int]) -> PrefixPlan:
+    def plan_for(self, dst: Slot, tokens: list[int], lora: LoraScales = ()) -> PrefixPlan:
         """The prefix `tokens` can reuse in `dst`, a slot its request already holds (as `plan`)."""
-        return self._plan_into(dst, self._prefix_lens(tokens))
+        return self._plan_into(dst, self._prefix_lens(tokens, lora))
 
-    def _prefix_lens(self, tokens: list[int]) -> dict[int, int]:
-        """Per seq id, the prefix of `tokens` its KV holds (at most len(tokens) - 1: see `plan`)."""
+    def _prefix_lens(self, tokens: list[int], lora: LoraScales) -> dict[int, int]:
+        """Per seq id, the prefix of `tokens` its KV holds (at most len(tokens) - 1: see `plan`);
+        0 where it was computed under other LoRA settings."""
         limit = len(tokens) - 1
         return {
-            s.seq_id: common_prefix_len(s.cached, tokens, limit) if self.prefix_cache else 0
+            s.seq_id: common_prefix_len(s.cached, tokens, limit)
+            if self.prefix_cache and s.lora == lora
+            else 0
             for s in self.slots
         }
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from outpost.messages import (
     FinishReason,
     GenerateRequest,
+    LoraScales,
     PromptProgress,
     RequestRejected,
     Timings,
@@ -70,6 +71,11 @@ class RequestState:
     @property
     def request_id(self) -> str:
         return self.req.request_id
+
+    @property
+    def lora(self) -> LoraScales:
+        """The LoRA settings it decodes under (the engine resolved the server's defaults)."""
+        return self.req.lora or ()
 
     @property
     def n_cached(self) -> int:

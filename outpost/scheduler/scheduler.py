@@ -7,8 +7,9 @@ as events from the `update_from_output()` that follows it.
 
 A step, in order: apply aborts and deadlines; copy in prefixes that requests awaited from another
 request's prefill (`sharing.py`); admit waiting requests FCFS into free slots, reusing the longest
-cached prefix or awaiting one being computed; then build one batch: one token for every generating
-request, then prompt chunks in admission order up to the token budget (chunked prefill). KV cells
+cached prefix (computed under the same LoRA settings) or awaiting one being computed; then build one
+batch for one group of LoRA settings (`lora_turns.py`): one token for every generating request, then
+prompt chunks in admission order up to the token budget (chunked prefill). KV cells
 are counted exactly (see `slots.py`); when they run short, idle caches go first (LRU), then the
 youngest running request is preempted and later recomputed (`residency.py`: the bookkeeping,
 leaving a slot, KV pressure).
@@ -18,8 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected, TokenEvent
+from outpost.messages import FinishReason, GenerateRequest, LoraScales, QueueFull, RequestRejected, TokenEvent
 from outpost.scheduler.config import SchedulerConfig
+from outpost.scheduler.lora_turns import LoraTurns
 from outpost.scheduler.output import (
     BatchChunk,
     DraftAsk,
@@ -56,6 +58,8 @@ class Scheduler(Residency):
         self._events: list[TokenEvent] = []  # decided in schedule(), returned by the next update
         self._gap_steps = 0  # steps a gap between busy slots has lasted (KV stream per slot)
         self.slot_moves = 0  # requests moved down into a gap (stats)
+        self._turns = LoraTurns()
+        self._lora: LoraScales = ()  # the settings of the batch _build_batch made last
 
     # ---- the engine loop's API -------------------------------------------------------------
 
@@ -110,6 +114,7 @@ class Scheduler(Residency):
             sampler_drops=self._drops,
             chunks=chunks,
             draft_asks=asks,
+            lora=self._lora,
         )
         self._ops, self._setups, self._drops = [], {}, []
         return out
@@ -182,13 +187,14 @@ class Scheduler(Residency):
             state = next((s for s in self._waiting if self._slot_ready(s)), None)
             if state is None:
                 return
-            plan = self._pool.plan(state.tokens, state.req.slot)
-            wait = source_to_await(self._pool, plan, state.tokens, self._running)
+            plan = self._pool.plan(state.tokens, state.req.slot, state.lora)
+            wait = source_to_await(self._pool, plan, state.tokens, self._running, state.lora)
             if wait is not None:  # its prefix arrives by copy once computed; dst holds nothing till then
                 plan = PrefixPlan(plan.dst, 0)
             # Applied first: dropping dst's stale tail frees cells the room check can then count.
             # If the request must wait for room, dst keeps the prefix it will most likely get again.
             self._ops += self._pool.apply(plan)
+            plan.dst.lora = state.lora  # what it holds and will compute is under the request's settings
             reuse = plan.reuse if wait is None else wait[1]  # the source reserves the awaited cells
             if not self._make_room(len(state.tokens) - reuse, (plan.dst, plan.src)):
                 return
@@ -220,7 +226,7 @@ class Scheduler(Residency):
         for state in self._running:
             if state.awaiting is None or state.slot is None:
                 continue
-            move = next_move(self._pool, state.tokens, state.awaiting, state.slot, self._running)
+            move = next_move(self._pool, state.tokens, state.awaiting, state.slot, self._running, state.lora)
             if not isinstance(move, PrefixPlan):
                 state.awaiting = move
                 continue
@@ -261,26 +267,36 @@ class Scheduler(Residency):
         )
 
     def _build_batch(self) -> tuple[list[BatchChunk], list[DraftAsk]]:
-        """Decode tokens (with drafts) first, then prompt chunks; preempts the youngest if nothing fits."""
+        """One group of LoRA settings' batch, the groups in turn (lora_turns.py); preempts the
+        youngest if no group's fits."""
         while True:
             self._fit_decodes()
             if self._n_awaiting:  # a source preempted just now: its waiters decide again
                 self._settle_waits()
-            decoding: list[RequestState] = []
-            chunks: list[BatchChunk] = []
-            for s in self._running:
-                if s.prefilled and s.slot is not None:
-                    decoding.append(s)
-                    chunks.append(BatchChunk(s.slot.seq_id, [s.tokens[-1]], len(s.tokens) - 1, True))
-            n_tokens = len(chunks)
-            if self._n_spec and decoding:
-                n_tokens += add_drafts(self, decoding, chunks)
-            budget = min(self._prefill_budget(len(chunks)), self.config.step_token_budget - n_tokens)
-            chunks += self._prefill_chunks(budget, n_tokens, self.config.step_token_budget - n_tokens)
-            if chunks or not self._running:
-                asks = draft_asks(self, chunks, len(decoding)) if self._n_spec else []
-                return chunks, asks
+            for lora in self._turns.order(self._running):
+                chunks, asks = self._group_batch(lora)
+                if chunks:
+                    self._turns.served(lora)
+                    self._lora = lora
+                if chunks or not self._running:
+                    return chunks, asks
             self._preempt(self._running[-1])
+
+    def _group_batch(self, lora: LoraScales) -> tuple[list[BatchChunk], list[DraftAsk]]:
+        """Decode tokens (with drafts) first, then prompt chunks, of the requests under `lora`."""
+        decoding: list[RequestState] = []
+        chunks: list[BatchChunk] = []
+        for s in self._running:
+            if s.prefilled and s.slot is not None and s.lora == lora:
+                decoding.append(s)
+                chunks.append(BatchChunk(s.slot.seq_id, [s.tokens[-1]], len(s.tokens) - 1, True))
+        n_tokens = len(chunks)
+        if self._n_spec and decoding:
+            n_tokens += add_drafts(self, decoding, chunks)
+        budget = min(self._prefill_budget(len(chunks)), self.config.step_token_budget - n_tokens)
+        chunks += self._prefill_chunks(budget, n_tokens, self.config.step_token_budget - n_tokens, lora)
+        asks = draft_asks(self, chunks, len(decoding)) if self._n_spec and chunks else []
+        return chunks, asks
 
     def _prefill_budget(self, decoding: int) -> int:
         """Prompt tokens this step may take: the rest of the step, capped while others generate."""
@@ -288,8 +304,9 @@ class Scheduler(Residency):
         cap = self.config.prefill_budget
         return min(budget, cap) if decoding and cap is not None else budget
 
-    def _prefill_chunks(self, budget: int, decoding: int, room: int) -> list[BatchChunk]:
-        """Prompt chunks in admission order, within the token budget and the free cells.
+    def _prefill_chunks(self, budget: int, decoding: int, room: int, lora: LoraScales) -> list[BatchChunk]:
+        """Prompt chunks in admission order of the requests under `lora`, within the token budget
+        and the free cells.
 
         A short prompt (at most SHORT_PROMPT_CHUNKS budgets long) goes whole while the step has room,
         even past a capped budget: the cap is for long prompts, and cutting a chat turn in chunks
@@ -301,7 +318,7 @@ class Scheduler(Residency):
         for state in self._running:
             if budget <= 0:
                 break
-            if state.prefilled or state.slot is None or state.awaiting is not None:
+            if state.prefilled or state.slot is None or state.awaiting is not None or state.lora != lora:
                 continue
             n = min(state.n_uncomputed, budget)
             if cap is not None and len(state.tokens) <= SHORT_PROMPT_CHUNKS * cap:

@@ -12,13 +12,15 @@ in the same step count too: the first is computing from that step on.
 
 If the source leaves first (finished, aborted, expired, preempted), the waiter decides again with
 what is there at that moment: the source's finished cache, another source, or computing the prefix
-itself. A request that awaits is never a source, so waits form no chains and no cycles.
+itself. A request that awaits is never a source, so waits form no chains and no cycles. A source
+decodes under the waiter's LoRA settings, or it is none (its KV would be another adapter's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from outpost.messages import LoraScales
 from outpost.scheduler.pool import PrefixPlan, SlotPool
 from outpost.scheduler.request import RequestState
 from outpost.scheduler.slots import Slot, common_prefix_len
@@ -27,7 +29,7 @@ Wait = tuple[RequestState, int]  # (source, prefix length): RequestState.awaitin
 
 
 def source_to_await(
-    pool: SlotPool, plan: PrefixPlan, tokens: list[int], running: Iterable[RequestState]
+    pool: SlotPool, plan: PrefixPlan, tokens: list[int], running: Iterable[RequestState], lora: LoraScales
 ) -> Wait | None:
     """The running request computing the longest prefix of `tokens`, if it beats `plan`.
 
@@ -40,7 +42,7 @@ def source_to_await(
     floor = max(plan.reuse, pool.copy_min - 1)
     limit = len(tokens) - 1  # as `plan`: the last prompt token is evaluated for its logits
     for state in running:
-        if state.prefilled or state.slot is None or state.awaiting is not None:
+        if state.prefilled or state.slot is None or state.awaiting is not None or state.lora != lora:
             continue
         n = common_prefix_len(state.tokens, tokens, limit)
         if n > max(floor, len(state.slot.cached)) and (best is None or n > best[1]):
@@ -49,7 +51,12 @@ def source_to_await(
 
 
 def next_move(
-    pool: SlotPool, tokens: list[int], wait: Wait, dst: Slot, running: Iterable[RequestState]
+    pool: SlotPool,
+    tokens: list[int],
+    wait: Wait,
+    dst: Slot,
+    running: Iterable[RequestState],
+    lora: LoraScales,
 ) -> PrefixPlan | Wait:
     """What a request awaiting `wait` in slot `dst` does this step: a plan to apply now (the prefix
     is ready to copy, or the wait is over), or the wait to go on with (maybe on another source).
@@ -61,5 +68,5 @@ def next_move(
     if src.slot is not None and src.awaiting is None:
         return wait  # still computing it
     # The source left (or came back after a preemption to await another): decide again.
-    plan = pool.plan_for(dst, tokens)
-    return source_to_await(pool, plan, tokens, running) or plan
+    plan = pool.plan_for(dst, tokens, lora)
+    return source_to_await(pool, plan, tokens, running, lora) or plan

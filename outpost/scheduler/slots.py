@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from outpost.messages import LoraScales
+
 # Block size for the prefix comparison: big slices compare in C, the last block in Python.
 _LCP_BLOCK = 256
 
@@ -59,6 +61,9 @@ class Slot:
     # The origin this slot may extend in place: its own fresh cells, not cut since.
     own_origin: int | None = None
     busy: bool = False  # a request holds the slot
+    # The LoRA settings its cached KV was computed under: only a request with the same ones may
+    # reuse it (another adapter gives other keys and values). Set by the request that fills it.
+    lora: LoraScales = ()
     last_used: int = 0  # LRU clock tick of the last assignment or release
 
     def append(self, tokens: list[int], new_origin: int) -> None:
@@ -91,10 +96,12 @@ class Slot:
         self.cached = []
         self.runs = []
         self.own_origin = None
+        self.lora = ()
 
     def share_from(self, src: Slot, length: int) -> None:
         """`seq_rm(dst)` then `seq_cp(src, dst, 0, length)`: share src's first `length` cells."""
         self.cached = src.cached[:length]
+        self.lora = src.lora
         self.runs = [Run(r.origin, r.start, min(r.end, length)) for r in src.runs if r.start < length]
         self.own_origin = None
 

@@ -138,7 +138,9 @@ def _load_draft(config: EngineConfig, path: str | None, n_vocab: int) -> DraftMo
     """The draft model (-md), with a context shaped as the target's, or None."""
     if path is None:
         return None
-    draft = DraftModel(LoadedModel(config.model_copy(update={"model_path": path})), n_vocab)
+    # The target's adapters are for its tensors: the draft model drafts without them.
+    draft_config = config.model_copy(update={"model_path": path, "lora_adapters": ()})
+    draft = DraftModel(LoadedModel(draft_config), n_vocab)
     _log.info("draft model %s loaded", path)
     return draft
 

@@ -20,12 +20,15 @@ from outpost.engine.config import EngineConfig
 from outpost.messages import (
     EmbedInput,
     GenerateRequest,
+    LoraAdapter,
+    LoraScales,
     NotSupported,
     SlotAction,
     SlotResult,
     context_exceeded,
 )
 from outpost.serving.assembly import Engine
+from outpost.serving.lora_defaults import LoraDefaults
 from outpost.serving.slot_files import SlotFiles
 
 
@@ -59,10 +62,13 @@ class LocalBackend:
         threads: int = 0,
         slot_save_path: str | None = None,
         rerank_model: str | None = None,
+        lora: LoraDefaults | None = None,
     ) -> None:
         """slot_save_path: the folder of llama-server's slot files (None: slot actions are off);
-        rerank_model: the rank-pooling GGUF /rerank scores with (None: reranking is off)."""
+        rerank_model: the rank-pooling GGUF /rerank scores with (None: reranking is off);
+        lora: the engine's adapters (its config's lora_adapters, in order) and their default scales."""
         self.engine = engine
+        self._lora = lora or LoraDefaults()
         self._rerank_model = rerank_model
         self._reranker: Reranker | None = None
         self._slots = SlotFiles(engine, slot_save_path)
@@ -87,6 +93,7 @@ class LocalBackend:
         exceeded = context_exceeded(n_prompt, request.max_tokens, self.n_ctx_seq)
         if exceeded is not None:
             raise exceeded
+        request.lora = self._lora.resolve(request.lora)  # the scheduler sees settings in normal form
         try:
             return self.engine.client.open(request)
         except RuntimeError as exc:  # the engine thread is stopping
@@ -113,6 +120,12 @@ class LocalBackend:
 
     async def slot_action(self, action: SlotAction) -> SlotResult:
         return await self._slots.run(action)
+
+    def lora_adapters(self) -> list[LoraAdapter]:
+        return self._lora.listing()
+
+    def set_lora_scales(self, scales: LoraScales) -> None:
+        self._lora.set_scales(scales)
 
     def describe(self) -> dict[str, Any]:
         model = self.engine.model

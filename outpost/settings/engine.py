@@ -12,6 +12,7 @@ A flag that takes "auto" or a number parses with `int_or_auto` and is typed `int
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
@@ -38,6 +39,31 @@ def _spec_type(text: str) -> str:
     if word not in ("none", "ngram-simple", "ngram-mod", "draft"):
         raise argparse.ArgumentTypeError(f"expected none, ngram-simple, ngram-mod or draft, got {text!r}")
     return word
+
+
+def lora_scaled_pairs(item: object) -> list[tuple[str, float]]:
+    """One --lora-scaled: ["FILE", "SCALE"] (FILE SCALE), ["FILE:SCALE,..."] or "FILE:SCALE"
+    (llama-server's spelling, and the variable's items) -> (file, scale) pairs; ValueError else."""
+    words = [str(w) for w in item] if isinstance(item, list | tuple) else [str(item)]
+    if len(words) == 2 and ":" not in words[1]:
+        pairs = [(words[0], words[1])]
+    elif len(words) == 1:
+        parts = [part.rpartition(":") for part in comma_list(words[0])]
+        if not parts or any(not sep or not path for path, sep, _ in parts):
+            raise ValueError(f"--lora-scaled takes FILE SCALE or FILE:SCALE, got {words[0]!r}")
+        pairs = [(path, scale) for path, _, scale in parts]
+    else:
+        raise ValueError(f"--lora-scaled takes FILE SCALE or FILE:SCALE, got {' '.join(words)!r}")
+    out = []
+    for path, scale in pairs:
+        try:
+            value = float(scale)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise ValueError(f"--lora-scaled {path}: the scale {scale!r} is not a number")
+        out.append((existing_file(path) or path, value))
+    return out
 
 
 Switch3 = Literal["auto", "on", "off"]
@@ -179,6 +205,29 @@ class EngineSettings(ChatTemplateSettings):
         ge=0,
         le=256,
     )
+    # LoRA adapters (llama-server's flags): ids 0, 1, ... in the order --lora files, then --lora-scaled.
+    lora: tuple[str, ...] = setting(
+        (),
+        "--lora",
+        help="LoRA adapter GGUF applied at scale 1 (repeatable, or comma-separated); ids from 0 in "
+        "the order given, --lora before --lora-scaled",
+        action="append",
+    )
+    lora_scaled: tuple[tuple[str, float], ...] = setting(
+        (),
+        "--lora-scaled",
+        help="LoRA adapter GGUF with its scale: FILE SCALE or llama-server's FILE:SCALE[,...] "
+        "(repeatable; the variable takes FILE:SCALE,...)",
+        action="append",
+        nargs="+",
+        metavar=("FILE", "SCALE"),
+    )
+    lora_init_without_apply: bool = setting(
+        False,
+        "--lora-init-without-apply",
+        help="load the LoRA adapters at scale 0 (apply them with POST /lora-adapters or a request's lora)",
+        action="store_true",
+    )
     embedding_model: str | None = setting(
         None, "--embedding-model", help="GGUF for /v1/embeddings (default: the served model)"
     )
@@ -232,6 +281,32 @@ class EngineSettings(ChatTemplateSettings):
         help="accepted: serve and worker never download (outpost pull does)",
         action="store_true",
     )
+
+    @field_validator("lora", mode="before")
+    @classmethod
+    def _lora_files(cls, value: object) -> tuple[str, ...]:
+        """llama-server's --lora takes comma-separated files too."""
+        items = list(value) if isinstance(value, list | tuple) else [value]
+        return tuple(p for item in items for p in comma_list(str(item)))
+
+    @field_validator("lora_scaled", mode="before")
+    @classmethod
+    def _lora_pairs(cls, value: object) -> tuple[tuple[str, float], ...]:
+        items = list(value) if isinstance(value, list | tuple) else [value]
+        return tuple(pair for item in items for pair in lora_scaled_pairs(item))
+
+    @field_validator("lora")
+    @classmethod
+    def _lora_exist(cls, paths: tuple[str, ...]) -> tuple[str, ...]:
+        for path in paths:
+            existing_file(path)
+        return paths
+
+    @property
+    def lora_adapters(self) -> tuple[tuple[str, float], ...]:
+        """(file, starting scale) per adapter, in id order; scale 0 with --lora-init-without-apply."""
+        pairs = [(path, 1.0) for path in self.lora] + list(self.lora_scaled)
+        return tuple((path, 0.0 if self.lora_init_without_apply else scale) for path, scale in pairs)
 
     @field_validator("embedding_model", "model_draft", "rerank_model")
     @classmethod

@@ -41,6 +41,8 @@ class Flag:
     parse: Callable[[str], Any] | None = None  # argparse `type`, also applied to the env variable
     choices: tuple[str, ...] | None = None
     action: Action = "store"
+    nargs: str | None = None  # argparse's, for a flag that takes several words (--lora-scaled FILE SCALE)
+    metavar: tuple[str, ...] | None = None  # the words' names in --help (default: from the long flag)
 
 
 def setting(
@@ -50,6 +52,8 @@ def setting(
     parse: Callable[[str], Any] | None = None,
     choices: tuple[str, ...] | None = None,
     action: Action = "store",
+    nargs: str | None = None,
+    metavar: tuple[str, ...] | None = None,
     **constraints: Any,
 ) -> Any:
     """A pydantic field that is also a flag `names` (see the module docstring).
@@ -58,7 +62,7 @@ def setting(
     flag (a list; the env variable is comma-separated), "store_true"/"store_false" for a switch,
     "switch" for a `--name`/`--no-name` pair (llama-server's `--jinja`/`--no-jinja`)."""
     info: FieldInfo = Field(default, description=help, **constraints)
-    info.metadata.append(Flag(tuple(names), help, parse, choices, action))
+    info.metadata.append(Flag(tuple(names), help, parse, choices, action, nargs, metavar))
     return info
 
 
@@ -88,8 +92,10 @@ class Block(BaseModel):
             kwargs: dict[str, Any] = {"dest": dest, "default": None, "help": flag.help}
             if flag.action in ("store", "append"):
                 long = next(n for n in flag.names if n.startswith("--"))
-                metavar = None if flag.choices else long[2:].upper().replace("-", "_")
+                metavar = None if flag.choices else (flag.metavar or long[2:].upper().replace("-", "_"))
                 kwargs.update(type=flag.parse, choices=flag.choices, metavar=metavar)
+                if flag.nargs is not None:
+                    kwargs["nargs"] = flag.nargs
             how: Any = argparse.BooleanOptionalAction if flag.action == "switch" else flag.action
             action = parser.add_argument(*flag.names, action=how, **kwargs)
             envflags.annotate(action)

@@ -10,6 +10,7 @@ default cache type).
 
 from __future__ import annotations
 
+import math
 import mmap
 import re
 import struct
@@ -111,11 +112,10 @@ class _HeaderWalk:
         data_end = 0
         for _ in range(self.n_tensors):
             name = self.string()
-            elements = 1
-            for _ in range(self.take("I")):
-                elements *= self.take("Q")
+            dims = tuple(self.take("Q") for _ in range(self.take("I")))
+            elements = math.prod(dims)
             block, size = GGML_QUANT_SIZES[GGMLQuantizationType(self.take("I"))]
-            table[name] = Tensor(elements, elements // block * size)
+            table[name] = Tensor(elements, elements // block * size, dims)
             data_end = max(data_end, self.take("Q") + table[name].n_bytes)
         end = -(-self.pos // alignment) * alignment + data_end  # the data section starts aligned
         if end > len(self.data):
@@ -136,6 +136,7 @@ class Tensor:
 
     n_elements: int
     n_bytes: int
+    dims: tuple[int, ...] = ()  # ggml's order: dims[0] is a row's length
 
 
 def _positive(value: Any, what: str, path: Path) -> int:

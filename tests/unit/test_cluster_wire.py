@@ -305,3 +305,15 @@ def test_a_resume_question_names_its_asker_and_reads_without_one() -> None:
     assert wire.decode_resume_query(wire.encode_resume_query("r1")) == wire.ResumeQuery("r1", "")
     with pytest.raises(wire.WireError):
         wire.decode_resume_query(wire.dumps({"kind": "resume?", "request_id": 5}))
+
+
+def test_a_request_lora_list_crosses_and_its_absence_means_the_defaults() -> None:
+    """llama-server's per-request `lora` reaches the worker as given (it checks the ids); a request
+    without one carries no field, and a worker reads that as its server-wide scales."""
+    req = GenerateRequest(prompt_tokens=[1, 2], max_tokens=3, lora=((1, 0.5), (0, 2.0)))
+    assert wire.decode_request(wire.encode_request(req)).lora == ((1, 0.5), (0, 2.0))
+    plain = json.loads(wire.encode_request(GenerateRequest(prompt_tokens=[1], max_tokens=1)))
+    assert "lora" not in plain
+    assert wire.decode_request(json.dumps(plain).encode()).lora is None
+    empty = GenerateRequest(prompt_tokens=[1], max_tokens=1, lora=())
+    assert wire.decode_request(wire.encode_request(empty)).lora == ()

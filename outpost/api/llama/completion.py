@@ -202,6 +202,7 @@ async def run(
         "cmpl",
         slot=slot,
         progress=body.stream and bool(body.return_progress),  # as llama-server: streams only
+        lora=mapping.lora(body.lora),
         arrival=arrival,
     )
     spec = NativeSpec(

@@ -2,7 +2,8 @@
 
 Field names and defaults are llama-server's (tools/server/server-task.cpp `params_from_json_cmpl`):
 `n_predict` (-1: until the context ends), `n_probs`, `samplers`, `logit_bias` as `[[id, bias]]`
-pairs or an object, `grammar` / `json_schema`, `id_slot` (the slot to run in), `return_progress`.
+pairs or an object, `grammar` / `json_schema`, `id_slot` (the slot to run in), `return_progress`,
+`lora` (adapter scales).
 Fields Outpost has no use for (`cache_prompt`, `n_keep`, `timings_per_token`, ...) are accepted and
 documented.
 """
@@ -13,7 +14,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from outpost.api.pipeline.schemas import MAX_PROMPTS, MAX_STOP, Body
+from outpost.api.pipeline.schemas import MAX_PROMPTS, MAX_STOP, Body, LoraList
 
 # A prompt: text, token ids, text and ids mixed (one prompt), or a list of those (several prompts).
 PromptPiece = str | int
@@ -85,6 +86,7 @@ class NativeCompletionRequest(Body):
     model: str | None = None
     id_slot: int | None = None  # the slot to run in (-1 or none: any)
     return_progress: bool | None = None  # streams: `prompt_progress` chunks as the prompt is read
+    lora: LoraList | None = None  # this request's adapter scales (adapters not named: 0)
     # Accepted for llama-server's clients; Outpost has no use for them (docs/serve.md says why).
     n_keep: int | None = None
     n_indent: int | None = None

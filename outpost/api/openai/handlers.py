@@ -125,6 +125,7 @@ async def handle_completion(state: ServerState, body: CompletionRequest, request
         "cmpl",
         choices=n,
         spec=mapping.speculative(body),
+        lora=mapping.lora(body.lora),
         arrival=arrival,
     )
     rid, gens = await submit(state, request, sub)

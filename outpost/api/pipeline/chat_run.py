@@ -147,6 +147,7 @@ async def _start(
         protocol.prefix,
         choices=n,
         spec=mapping.speculative(body),
+        lora=mapping.lora(body.lora),
         arrival=arrival,
     )
     rid, gens = await submit(state, request, sub)

@@ -15,9 +15,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from outpost.api.errors import ApiError, bad_request, context_length_exceeded
-from outpost.api.pipeline.schemas import ResponseFormat, SamplingFields
+from outpost.api.pipeline.schemas import LoraField, ResponseFormat, SamplingFields
 from outpost.backend import PromptCodec
-from outpost.messages import ChatTemplateError, GenerateRequest, SamplingParams, SpecRequest, context_exceeded
+from outpost.messages import (
+    ChatTemplateError,
+    GenerateRequest,
+    LoraScales,
+    SamplingParams,
+    SpecRequest,
+    context_exceeded,
+)
 
 DEFAULTS = SamplingParams()  # llama-server's defaults live in the dataclass
 
@@ -232,6 +239,12 @@ def sampling_params(
         grammar=body_grammar(body),
         n_probs=n_probs,
     )
+
+
+def lora(entries: Sequence[LoraField] | None) -> LoraScales | None:
+    """llama-server's per-request `lora` as (id, scale) pairs; None (absent or empty, as there):
+    the server's default scales. Ids are checked by the backend, which knows its adapters."""
+    return tuple((e.id, e.scale) for e in entries) if entries else None
 
 
 def speculative(body: SamplingFields) -> SpecRequest | None:

@@ -87,6 +87,18 @@ class SpeculativeFields(Body):
     n_min: int | None = Field(None, ge=0, le=256)
 
 
+class LoraField(Body):
+    """One adapter's scale: an entry of llama-server's per-request `lora` and of POST /lora-adapters."""
+
+    id: int = Field(ge=0)
+    scale: float = 0.0  # llama-server's default
+
+
+# At most this many entries in one `lora` list.
+MAX_LORA = 64
+LoraList = Annotated[list[LoraField], Field(max_length=MAX_LORA)]
+
+
 class SamplingFields(Body):
     """Fields shared by chat and text completions (OpenAI's, then llama.cpp's extensions)."""
 
@@ -119,6 +131,7 @@ class SamplingFields(Body):
     json_schema: dict[str, Any] | None = None  # llama.cpp's: a JSON schema the output must match
     return_progress: bool | None = None  # llama.cpp's: accepted; prompt progress is not reported
     verbose: bool | None = None  # llama.cpp's: the reply adds `__verbose`, the native result
+    lora: LoraList | None = None  # llama.cpp's: this request's adapter scales (others: 0)
 
     @field_validator("stop")
     @classmethod

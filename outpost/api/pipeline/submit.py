@@ -19,7 +19,7 @@ from outpost.api.pipeline.generation import Generation, Outcome, outcome_error, 
 from outpost.api.record import record_of
 from outpost.api.state import ServerState
 from outpost.backend import InferenceBackend
-from outpost.messages import SamplingParams, SpecRequest
+from outpost.messages import LoraScales, SamplingParams, SpecRequest
 
 
 @dataclass
@@ -38,6 +38,7 @@ class Submission:
     spec: SpecRequest | None = None
     slot: int = -1  # llama-server's id_slot: the slot every prompt runs in (-1: any)
     progress: bool = False  # llama-server's return_progress: events as the prompt is read
+    lora: LoraScales | None = None  # llama-server's per-request lora (None: the server's scales)
     arrival: float = field(default_factory=time.monotonic)
 
 
@@ -78,6 +79,7 @@ async def submit(state: ServerState, request: Request, sub: Submission) -> tuple
                 sub.slot,
             )
             req.progress = sub.progress
+            req.lora = sub.lora
             gens.append(Generation(sub.backend, req, state.metrics, sub.names))
     await start_all(gens)
     return rid, gens

@@ -20,6 +20,8 @@ from outpost.cluster.gateway.link import GatewayLink
 from outpost.messages import (
     EmbedInput,
     GenerateRequest,
+    LoraAdapter,
+    LoraScales,
     NotSupported,
     SlotAction,
     SlotActionError,
@@ -128,6 +130,13 @@ class RemoteBackend:
     async def slot_action(self, action: SlotAction) -> SlotResult:
         # A slot lives in one worker's context; the gateway cannot name it.
         raise SlotActionError("slot actions are not supported through the gateway", "unsupported")
+
+    def lora_adapters(self) -> list[LoraAdapter]:
+        # Adapters are loaded by each worker; a request's `lora` list crosses to them (wire.py).
+        raise NotSupported("/lora-adapters is not supported through the gateway: call a worker's serve")
+
+    def set_lora_scales(self, scales: LoraScales) -> None:
+        raise NotSupported("/lora-adapters is not supported through the gateway: call a worker's serve")
 
     def describe(self) -> dict[str, Any]:
         return dict(self._facts)
