@@ -15,7 +15,7 @@ broker's publisher confirm.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,6 +38,7 @@ __all__ = [
     "ChatTemplateError",
     "EventStream",
     "InferenceBackend",
+    "ManagedBackend",
     "PromptCodec",
 ]
 
@@ -160,3 +161,43 @@ class InferenceBackend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ManagedBackend(Protocol):
+    """What a backend whose model loads on demand and unloads when idle adds (serve's model pool,
+    outpost.serving.model_pool): llama-server's router routes and Ollama's keep_alive use it."""
+
+    @property
+    def status(self) -> str:
+        """ "loaded", "loading" or "unloaded"."""
+        ...
+
+    @property
+    def preload(self) -> bool:
+        """Loaded when the server starts rather than by its first request."""
+        ...
+
+    @property
+    def inflight(self) -> int: ...
+
+    @property
+    def error(self) -> str | None:
+        """Why its last load failed, if it did."""
+        ...
+
+    def load(self) -> Awaitable[None]:
+        """Start loading ("loading" from this call on); await it for the outcome."""
+        ...
+
+    async def unload(self) -> bool:
+        """Unload now if idle; False when requests are in flight or it was not loaded."""
+        ...
+
+    def keep_for(self, seconds: float | None) -> None:
+        """Stay loaded this long once idle (None: the server's rule; < 0: until unloaded)."""
+        ...
+
+    def expires_in(self) -> float | None:
+        """Seconds until the idle model unloads; None: not loaded, busy, or kept."""
+        ...

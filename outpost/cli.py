@@ -231,10 +231,25 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from outpost.commands.serve import serve
 
     engine = EngineSettings.from_args(args)
-    # -m (or OUTPOST_MODEL / OUTPOST_MODEL_PATH), else a GGUF in SageMaker's /opt/ml/model, else the demo.
-    model_path = _resolve_model(engine.model or sagemaker_model(), "serve")
-    blocks = HttpSettings.from_args(args), ServeSettings.from_args(args), TracingSettings.from_args(args)
-    return serve(model_path, engine, *blocks)
+    http, own, tracing = (
+        HttpSettings.from_args(args),
+        ServeSettings.from_args(args),
+        TracingSettings.from_args(args),
+    )
+    # -m (or OUTPOST_MODEL / OUTPOST_MODEL_PATH), else a GGUF in SageMaker's /opt/ml/model, else every
+    # GGUF of --models-dir, else every model in the store, else the demo.
+    explicit = engine.model or sagemaker_model()
+    if explicit and own.models_dir:
+        raise UsageError("give -m (one model) or --models-dir (several), not both")
+    if not explicit:
+        from outpost.commands.models import models_in_dir, models_in_store
+
+        models = models_in_dir(own.models_dir) if own.models_dir else models_in_store()
+        if models:
+            from outpost.commands.serve import serve_models
+
+            return serve_models(models, engine, http, own, tracing)
+    return serve(_resolve_model(explicit, "serve"), engine, http, own, tracing)
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:

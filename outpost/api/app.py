@@ -31,6 +31,7 @@ from outpost.api.limits import BodyLimitMiddleware
 from outpost.api.llama import completion, infill, props, rerank
 from outpost.api.llama import embeddings as native_embeddings
 from outpost.api.llama import lora as lora_routes
+from outpost.api.llama import router as model_router
 from outpost.api.llama import routes as llama_routes
 from outpost.api.llama import slots as slot_routes
 from outpost.api.metrics import Metrics
@@ -124,6 +125,7 @@ def create_app(
         embeddings,
         native_embeddings,
         llama_routes,
+        model_router,
         sagemaker,
         ollama_routes,
     )

@@ -73,7 +73,7 @@ class DrainingServer(uvicorn.Server):
                 _log.info(
                     "ready: %sserving %s on %s%s",
                     ready_summary(state, self.plan),
-                    state.model_id,
+                    _served(state),
                     self.url,
                     _engine_summary(state),
                 )
@@ -140,6 +140,13 @@ def ready_summary(state: ServerState, plan: Plan | None) -> str:
         f"{plural(plan.slots, 'slot')} x {backend.n_ctx_seq} positions, {human_bytes(plan.kv_bytes)} KV "
         f"({cells} cells), {plural(plan.threads, 'thread')}: {plan.why()}; "
     )
+
+
+def _served(state: ServerState) -> str:
+    """The model the ready line names, or how many there are and which."""
+    if len(state.backends) <= 1:
+        return state.model_id
+    return f"{len(state.backends)} models ({', '.join(state.backends)})"
 
 
 def _engine_summary(state: ServerState) -> str:

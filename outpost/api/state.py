@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from starlette.requests import Request
 
 from outpost.api.errors import ApiError, not_ready
 from outpost.api.metrics import Metrics
 from outpost.api.pipeline.mapping import server_defaults
-from outpost.backend import BackendStats, InferenceBackend
+from outpost.backend import BackendStats, InferenceBackend, ManagedBackend
 from outpost.settings import HttpSettings
 
 _log = logging.getLogger("outpost.api")
@@ -51,6 +51,7 @@ class ServerState:
         self.status: Status = "loading"
         self.load_error: str | None = None
         self.inflight = 0  # requests being answered, health and metrics excluded
+        self.background: set[asyncio.Future[Any]] = set()  # work a reply started and does not wait for
 
     @property
     def model_ids(self) -> list[str]:
@@ -99,6 +100,10 @@ class ServerState:
     async def load(self, factory: BackendFactory) -> None:
         try:
             backends = await asyncio.to_thread(factory)
+            # Models loaded on demand but wanted at start (one -m that sleeps when idle): load them now.
+            for backend in backends.values():
+                if isinstance(backend, ManagedBackend) and backend.preload:
+                    await backend.load()
         except Exception as exc:
             self.status, self.load_error = "failed", " ".join(str(exc).split()) or type(exc).__name__
             _log.error("model failed to load: %s", self.load_error)

@@ -10,6 +10,8 @@ from typing import Any
 from outpost.engine.config import EngineConfig, resolve_flash_attn
 from outpost.models.lora import check_lora_adapter
 from outpost.serving.assembly import Engine
+from outpost.serving.local_backend import LocalBackend
+from outpost.serving.lora_defaults import LoraDefaults
 from outpost.settings import EngineSettings
 from outpost.settings.fields import existing_file
 from outpost.sizing import Asked, Gpu, Plan, size_for_model
@@ -95,4 +97,17 @@ def start_engine(settings: EngineSettings, model_path: str, max_queue: int) -> E
         prefill_budget=settings.prefill_budget,
         speculative=settings.speculative,
         draft_model_path=settings.model_draft,
+    )
+
+
+def start_local_backend(settings: EngineSettings, model_path: str, max_queue: int) -> LocalBackend:
+    """The model loaded, its engine thread started, behind the seam as serve answers HTTP with it."""
+    threads = settings.threads if isinstance(settings.threads, int) else 0
+    return LocalBackend(
+        start_engine(settings, model_path, max_queue),
+        settings.embedding_model,
+        threads,
+        settings.slot_save_path,
+        settings.reranker_path(model_path),
+        LoraDefaults(settings.lora_adapters),
     )

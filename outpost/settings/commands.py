@@ -13,7 +13,10 @@ broker (default 1024). `-c` on the gateway is refused: positions per request com
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Literal
+
+from pydantic import field_validator
 
 from outpost.settings.broker import BrokerSettings, TracingSettings
 from outpost.settings.engine import EngineSettings
@@ -22,7 +25,7 @@ from outpost.settings.http import HttpSettings
 
 
 class ServeSettings(Block):
-    """`outpost serve`'s own settings."""
+    """`outpost serve`'s own settings, llama-server's router flags among them."""
 
     max_queue: int = setting(
         64,
@@ -31,6 +34,47 @@ class ServeSettings(Block):
         parse=int,
         ge=0,
     )
+    models_dir: str | None = setting(
+        None,
+        "--models-dir",
+        help="serve every GGUF in DIR, each named by its file name without .gguf, loaded on first use "
+        "(without -m and --models-dir: every model in the store, by its store name)",
+    )
+    models_max: int = setting(
+        4,
+        "--models-max",
+        help="models loaded at once (default 4; 0: no limit); the least recently used idle one is "
+        "unloaded to make room",
+        parse=int,
+        ge=0,
+    )
+    models_autoload: bool = setting(
+        True,
+        "--models-autoload",
+        help="a request for a model not loaded loads it (--no-models-autoload: a 400; POST /models/load)",
+        action="switch",
+    )
+    sleep_idle_seconds: int = setting(
+        -1,
+        "--sleep-idle-seconds",
+        help="unload a model idle this long, reload it on its next request (default -1: never)",
+        parse=int,
+        ge=-1,
+    )
+    model_load_timeout: float = setting(
+        300.0,
+        "--model-load-timeout",
+        help="seconds a request waits for its model to load before a 503 with Retry-After (default 300)",
+        parse=float,
+        gt=0,
+    )
+
+    @field_validator("models_dir")
+    @classmethod
+    def _existing_dir(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_dir():
+            raise ValueError(f"--models-dir: no such directory: {value}")
+        return value
 
 
 class WorkerSettings(Block):

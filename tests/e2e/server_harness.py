@@ -30,10 +30,11 @@ def paced(ms: float) -> dict[str, str]:
 
 
 class Server:
-    """`outpost serve -m MODEL ARGS...` on 127.0.0.1:<free port>; stderr kept in a temp file."""
+    """`outpost serve -m MODEL ARGS...` on 127.0.0.1:<free port>; stderr kept in a temp file. Without
+    a model (None), no -m: ARGS say what it serves (--models-dir)."""
 
     def __init__(
-        self, model: Path, *args: str, tls_ca: str | None = None, env: dict[str, str] | None = None
+        self, model: Path | None, *args: str, tls_ca: str | None = None, env: dict[str, str] | None = None
     ) -> None:
         self.port = free_port()
         self.scheme = "https" if tls_ca else "http"
@@ -43,7 +44,8 @@ class Server:
         # One thread: the tiny model needs no more, and on a CPU shared with other work llama.cpp's
         # OpenMP barrier waits for a descheduled second thread every op (measured under load
         # ~10 on 2 cores: 5 ms a token with -t 1, 200-250 ms with -t 2).
-        cmd = [*OUTPOST, "serve", "-m", str(model), "--port", str(self.port), "-t", "1", *args]
+        served = ["-m", str(model)] if model is not None else []
+        cmd = [*OUTPOST, "serve", *served, "--port", str(self.port), "-t", "1", *args]
         environ = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._err, env=environ)
 
@@ -114,7 +116,7 @@ class Server:
 
 
 def start(
-    model: Path,
+    model: Path | None,
     *args: str,
     tls_ca: str | None = None,
     headers: dict[str, str] | None = None,

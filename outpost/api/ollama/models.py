@@ -2,7 +2,9 @@
 /api/pull and /api/delete.
 
 /api/tags lists the models served and those in the model store (outpost/models/store.py); /api/ps
-the models served, which stay loaded until the server stops (`keep_alive` changes nothing yet).
+the models loaded now: on a server whose models load on demand (--models-dir, the store,
+--sleep-idle-seconds) those loaded, each with when it unloads if idle (keepalive.py), else the one
+model, kept until the server stops.
 /api/pull runs `outpost pull` (hub, else package index) in a thread and streams Ollama's progress
 objects, the bytes read from the store's partial download; /api/delete removes a stored model that
 is not being served. A name not served and not stored is a 404 `model 'x' not found`.
@@ -25,11 +27,11 @@ from outpost.api.errors import ApiError
 from outpost.api.ollama.translate import OllamaError, bad
 from outpost.api.pipeline.embed import embed
 from outpost.api.state import ServerState, state_of
-from outpost.backend import InferenceBackend
+from outpost.backend import InferenceBackend, ManagedBackend
 from outpost.models.store import Manifest, ModelStore
 
 router = APIRouter()
-NEVER = "9999-12-31T23:59:59Z"  # a served model is not unloaded on a timer
+NEVER = "9999-12-31T23:59:59Z"  # a model no timer unloads
 POLL_S = 0.25  # how often /api/pull reports the download's progress
 
 
@@ -60,7 +62,7 @@ def _bare(name: str) -> str:
     return name.removesuffix(":latest")
 
 
-def _served(state: ServerState, name: str) -> tuple[str, InferenceBackend] | None:
+def served(state: ServerState, name: str) -> tuple[str, InferenceBackend] | None:
     for model_id, backend in state.backends.items():
         if model_id in (name, _bare(name)):
             return model_id, backend
@@ -131,14 +133,25 @@ async def tags(request: Request) -> dict[str, Any]:
     return {"models": served + [_stored_entry(m) for m in stored if m.name not in names]}
 
 
+def _expires_at(backend: InferenceBackend) -> str:
+    """When the idle model unloads (Ollama's RFC 3339 time); far away where nothing will unload it."""
+    left = backend.expires_in() if isinstance(backend, ManagedBackend) else None
+    if left is None:
+        return NEVER
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + left))
+
+
 @router.get("/api/ps", tags=["ollama"])
 async def ps(request: Request) -> dict[str, Any]:
-    """The models loaded: the ones this server serves, loaded until it stops."""
+    """The models loaded now, each with when it unloads if it stays idle."""
     state = state_of(request)
     loaded = []
     for model_id, backend in state.backends.items():
+        if isinstance(backend, ManagedBackend) and backend.status != "loaded":
+            continue
         entry = _served_entry(model_id, backend)
-        loaded.append({**entry, "expires_at": NEVER, "size_vram": 0, "context_length": backend.n_ctx_seq})
+        fields = {"expires_at": _expires_at(backend), "size_vram": 0, "context_length": backend.n_ctx_seq}
+        loaded.append({**entry, **fields})
     return {"models": loaded}
 
 
@@ -165,9 +178,9 @@ async def show(request: Request) -> JSONResponse:
 async def _show(request: Request) -> JSONResponse:
     name = _name(await _body(request))
     state = state_of(request)
-    served = _served(state, name)
-    if served is not None:
-        return JSONResponse(_show_served(state, *served))
+    found = served(state, name)
+    if found is not None:
+        return JSONResponse(_show_served(state, *found))
     stored = await _stored_or_404(name)
     info = {"general.architecture": stored.architecture, "general.parameter_count": stored.parameters}
     if stored.context_length:

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 
 from outpost.api.errors import ApiError
 from outpost.api.ollama import models
+from outpost.api.ollama.keepalive import apply_keep_alive, keep_alive_seconds, load_or_unload
 from outpost.api.ollama.raw import start_raw
 from outpost.api.ollama.translate import (
     ChatBody,
@@ -136,8 +137,10 @@ def _model_of(raw: bytes) -> str | None:
 
 async def _chat(request: Request, raw: bytes) -> Response:
     body: ChatBody = parse(raw, ChatBody)
-    if not body.messages:  # Ollama's way to load a model: answer that it is loaded
-        return _loaded(body.model, {"message": {"role": "assistant", "content": ""}})
+    keep = _keep_alive(request, body)
+    if not body.messages:  # Ollama's way to load (or, keep_alive 0, unload) a model
+        reason = await _load_or_unload(request, body.model, keep)
+        return _loaded(body.model, {"message": {"role": "assistant", "content": ""}}, reason)
     chat = chat_request(body, chat_messages(body.messages))
     started = time.monotonic_ns()
     run = await start_chat(state_of(request), chat, request, CHAT)
@@ -146,8 +149,9 @@ async def _chat(request: Request, raw: bytes) -> Response:
 
 async def _generate(request: Request, raw: bytes) -> Response:
     body: GenerateBody = parse(raw, GenerateBody)
-    if not body.prompt and not body.images:  # Ollama's way to load a model
-        return _loaded(body.model, {"response": ""})
+    keep = _keep_alive(request, body)
+    if not body.prompt and not body.images:  # Ollama's way to load (or, keep_alive 0, unload) a model
+        return _loaded(body.model, {"response": ""}, await _load_or_unload(request, body.model, keep))
     started = time.monotonic_ns()
     if body.raw:
         refuse_unserved(body)
@@ -170,8 +174,24 @@ def _with_context(run: ChatRun) -> Shape:
     return shape
 
 
-def _loaded(model: str, fields: dict[str, Any]) -> Response:
-    return JSONResponse({"model": model, "created_at": now(), **fields, "done": True, "done_reason": "load"})
+def _keep_alive(request: Request, body: ChatBody | GenerateBody) -> float | None:
+    """The request's keep_alive, given to its model (when served) for after this request."""
+    seconds = keep_alive_seconds(body.keep_alive)
+    served = models.served(state_of(request), body.model)
+    if served is not None:
+        apply_keep_alive(served[1], seconds)
+    return seconds
+
+
+async def _load_or_unload(request: Request, model: str, seconds: float | None) -> str:
+    served = models.served(state_of(request), model)
+    if served is None:
+        raise OllamaError(404, f"model '{model}' not found")
+    return await load_or_unload(served[1], seconds)
+
+
+def _loaded(model: str, fields: dict[str, Any], reason: str) -> Response:
+    return JSONResponse({"model": model, "created_at": now(), **fields, "done": True, "done_reason": reason})
 
 
 async def _answer(

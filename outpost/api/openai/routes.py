@@ -1,5 +1,6 @@
 """OpenAI's routes: /v1/chat/completions, /v1/completions, /v1/models (llama-server's unprefixed
-aliases too). Thin: parse the body, hand it to `handlers.py`."""
+aliases too; GET /models is also its router's list, each card with its `status` where models load on
+demand). Thin: parse the body, hand it to `handlers.py`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from outpost.api.errors import ApiError
+from outpost.api.llama.router import model_status
 from outpost.api.openai.handlers import handle_chat, handle_completion
 from outpost.api.pipeline.chat_run import input_tokens
 from outpost.api.pipeline.schemas import ChatCompletionRequest, CompletionRequest
@@ -45,6 +47,9 @@ def _model_card(model_id: str, backend: InferenceBackend | None) -> dict[str, An
     card: dict[str, Any] = {"id": model_id, "object": "model", "created": _STARTED, "owned_by": "outpost"}
     if backend is not None:
         card["meta"] = {**backend.describe(), "n_ctx_seq": backend.n_ctx_seq}
+    status = model_status(backend)  # llama-server's router: loaded, loading or unloaded
+    if status is not None:
+        card["status"] = status
     return card
 
 
