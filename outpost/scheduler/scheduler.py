@@ -32,6 +32,7 @@ from outpost.scheduler.output import (
     SeqRemove,
 )
 from outpost.scheduler.pool import PrefixPlan
+from outpost.scheduler.prefill import prefill_budget, prefill_chunks
 from outpost.scheduler.request import RequestState, add_progress, check_admissible
 from outpost.scheduler.residency import Residency
 from outpost.scheduler.sharing import next_move, source_to_await
@@ -41,9 +42,6 @@ from outpost.scheduler.spec_batch import add_drafts, draft_asks, keep_draft
 # waiting is closed by moving the highest request down (one copy of its stream), if it may still
 # generate this many tokens: each step above the gap costs a pass over the weights.
 COMPACT_AFTER_STEPS = 4
-# While others generate, a prompt within this many prefill budgets is evaluated whole (see
-# _prefill_chunks); longer ones go a budget per step.
-SHORT_PROMPT_CHUNKS = 4
 COMPACT_MIN_TOKENS_LEFT = 16
 
 
@@ -293,52 +291,12 @@ class Scheduler(Residency):
         n_tokens = len(chunks)
         if self._n_spec and decoding:
             n_tokens += add_drafts(self, decoding, chunks)
-        budget = min(self._prefill_budget(len(chunks)), self.config.step_token_budget - n_tokens)
-        chunks += self._prefill_chunks(budget, n_tokens, self.config.step_token_budget - n_tokens, lora)
+        room = self.config.step_token_budget - n_tokens
+        chunks += prefill_chunks(
+            self, min(prefill_budget(self.config, len(chunks)), room), n_tokens, room, lora
+        )
         asks = draft_asks(self, chunks, len(decoding)) if self._n_spec and chunks else []
         return chunks, asks
-
-    def _prefill_budget(self, decoding: int) -> int:
-        """Prompt tokens this step may take: the rest of the step, capped while others generate."""
-        budget = self.config.step_token_budget - decoding
-        cap = self.config.prefill_budget
-        return min(budget, cap) if decoding and cap is not None else budget
-
-    def _prefill_chunks(self, budget: int, decoding: int, room: int, lora: LoraScales) -> list[BatchChunk]:
-        """Prompt chunks in admission order of the requests under `lora`, within the token budget
-        and the free cells.
-
-        A short prompt (at most SHORT_PROMPT_CHUNKS budgets long) goes whole while the step has room,
-        even past a capped budget: the cap is for long prompts, and cutting a chat turn in chunks
-        would delay its first token by whole steps to spare the streams little."""
-        chunks: list[BatchChunk] = []
-        used = decoding  # new cells this step's chunks will take
-        free = self._free_cells() - used
-        cap = self.config.prefill_budget if budget < room else None
-        for state in self._running:
-            if budget <= 0:
-                break
-            if state.prefilled or state.slot is None or state.awaiting is not None or state.lora != lora:
-                continue
-            n = min(state.n_uncomputed, budget)
-            if cap is not None and len(state.tokens) <= SHORT_PROMPT_CHUNKS * cap:
-                n = min(state.n_uncomputed, room)
-            while n > free and (ops := self._pool.evict_lru()) is not None:
-                self._ops += ops
-                free = self._free_cells() - used
-            n = min(n, free)
-            if n <= 0:
-                break
-            start = state.n_cached
-            end = start + n
-            chunks.append(
-                BatchChunk(state.slot.seq_id, state.tokens[start:end], start, end == len(state.tokens))
-            )
-            budget -= n
-            room -= n
-            used += n
-            free -= n
-        return chunks
 
     # ---- update_from_output() ------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from sched_harness import Harness, greedy
 from outpost.messages import FinishReason, GenerateRequest, QueueFull, RequestRejected
 from outpost.scheduler import Scheduler, SchedulerConfig
 from outpost.scheduler.output import SamplerSetup, SeqCopy, SeqRemove
-from outpost.scheduler.scheduler import SHORT_PROMPT_CHUNKS
+from outpost.scheduler.prefill import SHORT_PROMPT_CHUNKS
 from outpost.scheduler.slots import common_prefix_len
 
 
