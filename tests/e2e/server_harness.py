@@ -46,7 +46,7 @@ class Server:
         # ~10 on 2 cores: 5 ms a token with -t 1, 200-250 ms with -t 2).
         served = ["-m", str(model)] if model is not None else []
         cmd = [*OUTPOST, "serve", *served, "--port", str(self.port), "-t", "1", *args]
-        environ = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+        environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._err, env=environ)
 
     def client(self, **kwargs: Any) -> httpx.Client:

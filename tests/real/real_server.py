@@ -14,8 +14,8 @@ START_TIMEOUT = 600.0
 
 
 @contextmanager
-def serve(model: Path, *args: str) -> Iterator[Server]:
-    """`outpost serve -m model -t 1 ARGS...`, ready, stopped at the end."""
-    with Server(model, *args) as server:
+def serve(model: Path | None, *args: str, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """`outpost serve -m model -t 1 ARGS...` (no -m for None), ready, stopped at the end."""
+    with Server(model, *args, env=env) as server:
         server.wait_ready(timeout=START_TIMEOUT)
         yield server

