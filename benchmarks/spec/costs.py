@@ -10,7 +10,7 @@ From those, the speedup over plain decoding of a draft of k tokens that is alway
 no drafter can beat: (k + 1) x t(0) / t(k) for an n-gram draft (free to make), and (k + 1) x t(0) /
 (t(k) + k x d) for a draft model whose step costs d (each draft token one draft-model decode).
 
-    python benchmarks/spec/costs.py MODEL.gguf [--draft DRAFT.gguf] [--depth 400] [--threads 2]
+    python -m benchmarks.spec.costs MODEL.gguf [--draft DRAFT.gguf] [--depth 400] [--threads 2]
 """
 
 from __future__ import annotations

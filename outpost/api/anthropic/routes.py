@@ -38,7 +38,7 @@ from outpost.api.pipeline.chat_run import (
     input_tokens,
     start_chat,
 )
-from outpost.api.pipeline.sse import sse_response, with_keepalive
+from outpost.api.pipeline.sse import sse, sse_response, with_keepalive
 from outpost.api.record import record_of
 from outpost.api.state import ServerState, state_of
 
@@ -155,8 +155,7 @@ def _message(mid: str, run: ChatRun, content: list[dict[str, Any]], ending: Endi
 
 
 def event(kind: str, **fields: Any) -> bytes:
-    data = json.dumps({"type": kind, **fields}, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {kind}\ndata: {data}\n\n".encode()
+    return sse({"type": kind, **fields}, event=kind)
 
 
 class _Blocks:

@@ -28,8 +28,11 @@ KEEPALIVE = b": keep-alive\n\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+def sse(obj: Any, event: str | None = None) -> bytes:
+    """One event: `obj` as compact JSON on its `data:` line, after an `event:` line where the
+    protocol names its events (Anthropic's and the Responses API's)."""
+    head = f"event: {event}\n".encode() if event else b""
+    return head + b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
 class _SseResponse(StreamingResponse):

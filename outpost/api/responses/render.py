@@ -10,13 +10,13 @@ output_item.done, and last response.completed (or .incomplete / .failed) with th
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from outpost.api.pipeline.chat_run import Ending
+from outpost.api.pipeline.sse import sse
 from outpost.api.responses.translate import ResponsesRequest
 
 
@@ -144,5 +144,4 @@ class EventWriter:
     def event(self, kind: str, **fields: Any) -> bytes:
         obj = {"type": kind, "sequence_number": self.seq, **fields}
         self.seq += 1
-        data = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-        return f"event: {kind}\ndata: {data}\n\n".encode()
+        return sse(obj, event=kind)
