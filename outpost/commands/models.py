@@ -40,9 +40,10 @@ def models_in_dir(directory: str) -> dict[str, str]:
 
 
 def models_in_store() -> dict[str, str]:
-    """name -> path for every model in the store (empty when it holds none)."""
+    """name -> path for every model in the store whose file is there (empty when it holds none)."""
     store = ModelStore()
-    return {m.name: str(store.path_of(m)) for m in store.manifests()}
+    paths = {m.name: store.path_of(m) for m in store.manifests()}
+    return {name: str(path) for name, path in paths.items() if path.is_file()}
 
 
 @dataclass
