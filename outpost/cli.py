@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from outpost.bench.cli_args import add_bench_parser
+from outpost.control import add_control_parsers
 from outpost.envflags import MODEL_COMMANDS, subcommand, use_environment
 from outpost.messages import SPLIT_MODES
 from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, add_quantize_parser
@@ -159,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_convert_parser(sub)
     _add_probe_parser(sub)
     _add_server_parsers(sub)
+    add_control_parsers(sub)
     return parser
 
 

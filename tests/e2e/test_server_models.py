@@ -7,6 +7,7 @@ Driven with the `openai` and `ollama` clients and raw HTTP."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import httpx
 import ollama
 import openai
 import pytest
-from server_harness import Server, assert_openai_error, start
+from server_harness import OUTPOST, Server, assert_openai_error, start
 
 HI = [{"role": "user", "content": "Say hi"}]
 
@@ -90,6 +91,21 @@ def test_load_and_unload_by_hand_and_ollama_sees_what_is_loaded(router: Server) 
     assert states(router)["chat"] == "unloaded" and client.ps().models == []
     r = httpx.post(f"{router.url}/models/unload", json={"model": "chat"}, timeout=30)
     assert r.status_code == 400 and "not running" in r.json()["error"]["message"]
+
+
+def test_outpost_ps_and_stop_on_the_command_line(router: Server) -> None:
+    chat(router, "other")
+    ps = subprocess.run([*OUTPOST, "ps", "--url", router.url], capture_output=True, text=True, timeout=60)
+    assert ps.returncode == 0, ps.stderr
+    rows = [line.split() for line in ps.stdout.splitlines()]
+    assert rows[0] == ["NAME", "STATUS", "UNLOADS"]
+    assert ["chat", "unloaded"] in rows and ["other", "loaded", "never"] in rows
+    stop = [*OUTPOST, "stop", "other", "--url", router.url]
+    done = subprocess.run(stop, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "unloaded other", done.stderr
+    assert states(router)["other"] == "unloaded"
+    again = subprocess.run(stop, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and "not running" in again.stderr and "Traceback" not in again.stderr
 
 
 def test_an_idle_model_sleeps_and_the_next_request_wakes_it(tiny_model: Path) -> None:

@@ -18,7 +18,13 @@ def _modules_after(code: str) -> set[str]:
 
 @pytest.mark.parametrize(
     "argv",
-    [["bench", "--help"], ["pull", "--help"], ["models", "list"], ["--help"]],
+    [
+        ["bench", "--help"],
+        ["pull", "--help"],
+        ["models", "list"],
+        ["ps", "--url", "http://127.0.0.1:9"],
+        ["--help"],
+    ],
 )
 def test_model_free_commands_do_not_load_llama_cpp(argv: list[str]) -> None:
     code = (
