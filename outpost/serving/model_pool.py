@@ -239,6 +239,7 @@ class ModelPool:
         }
         self._lock = asyncio.Lock()  # one load (and the unloads it makes room with) at a time
         self._released = asyncio.Event()  # set whenever a model goes idle: a load waiting for room
+        self._expiring: set[asyncio.Future[bool]] = set()
 
     def loaded(self) -> list[PooledModel]:
         return [m for m in self.models.values() if m.backend is not None]
@@ -294,7 +295,12 @@ class ModelPool:
         loop = asyncio.get_running_loop()
         model.expires_at = model.last_used + keep
         # acquire() cancels the timer: one that fires finds its model idle since it was armed
-        model.timer = loop.call_later(keep, lambda: loop.create_task(self.unload_idle(model)))
+        model.timer = loop.call_later(keep, self._expire, model)
+
+    def _expire(self, model: PooledModel) -> None:
+        task = asyncio.ensure_future(self.unload_idle(model))
+        self._expiring.add(task)  # held until done: the loop keeps only a weak reference to a task
+        task.add_done_callback(self._expiring.discard)
 
     def begin_load(self, model: PooledModel) -> asyncio.Future[None]:
         """The model's load, started now unless it is loaded or loading already."""
