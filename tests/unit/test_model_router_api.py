@@ -132,10 +132,24 @@ def test_ollama_loads_unloads_and_lists_what_is_loaded() -> None:
     run(pool, go)
 
 
+def test_a_pool_of_one_answers_ollamas_load_and_unload_under_any_name() -> None:
+    pool = ModelPool({"a": FakeSource()}, PoolLimits())  # one -m with --sleep-idle-seconds
+
+    async def go(http: httpx.AsyncClient, client: ollama.AsyncClient) -> None:
+        assert (await client.generate("what-the-client-calls-it")).done_reason == "load"
+        assert pool.models["a"].status == "loaded"
+        assert (await client.generate("any", keep_alive=0)).done_reason == "unload"
+        assert pool.models["a"].status == "unloaded"
+
+    run(pool, go)
+
+
 def test_a_one_model_server_answers_the_router_routes_with_501() -> None:
     async def main() -> None:
         app = create_app({"m": FakeBackend()}, HttpSettings(), "m")
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+            loaded = await http.post("/api/generate", json={"model": "any"})  # Ollama's load: always loaded
+            assert loaded.status_code == 200 and loaded.json()["done_reason"] == "load"
             r = await http.post("/models/unload", json={"model": "m"})
             assert r.status_code == 501 and "--models-dir" in r.json()["error"]["message"]
             card = (await http.get("/models")).json()["data"][0]

@@ -39,6 +39,7 @@ from outpost.api.pipeline.chat_run import ChatRun, Ending, Protocol, answer_part
 from outpost.api.pipeline.sse import sse_response
 from outpost.api.record import record_of
 from outpost.api.state import ServerState, state_of
+from outpost.backend import InferenceBackend
 
 _log = logging.getLogger("outpost.api")
 router = APIRouter()
@@ -174,20 +175,29 @@ def _with_context(run: ChatRun) -> Shape:
     return shape
 
 
+def _target(request: Request, model: str) -> InferenceBackend | None:
+    """The backend a generating request names: by name, or the only one (any name answers then)."""
+    state = state_of(request)
+    served = models.served(state, model)
+    if served is None and len(state.backends) == 1:
+        return next(iter(state.backends.values()))
+    return served[1] if served is not None else None
+
+
 def _keep_alive(request: Request, body: ChatBody | GenerateBody) -> float | None:
     """The request's keep_alive, given to its model (when served) for after this request."""
     seconds = keep_alive_seconds(body.keep_alive)
-    served = models.served(state_of(request), body.model)
-    if served is not None:
-        apply_keep_alive(served[1], seconds)
+    backend = _target(request, body.model)
+    if backend is not None:
+        apply_keep_alive(backend, seconds)
     return seconds
 
 
 async def _load_or_unload(request: Request, model: str, seconds: float | None) -> str:
-    served = models.served(state_of(request), model)
-    if served is None:
+    backend = _target(request, model)
+    if backend is None:
         raise OllamaError(404, f"model '{model}' not found")
-    return await load_or_unload(served[1], seconds)
+    return await load_or_unload(backend, seconds)
 
 
 def _loaded(model: str, fields: dict[str, Any], reason: str) -> Response:
