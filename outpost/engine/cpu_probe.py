@@ -108,11 +108,10 @@ def _run_probe() -> bool:
     return proc.returncode == 0
 
 
-# Slots up to which AMX's one-token mode is the better choice. Measured here (135M / 1.7B q4_0, 2
-# threads, aggregate tok/s at 1, 2, 4, 8 sequences): one-token 163/118/113/84 and 20/14/15/12,
-# repacked without AMX 96/134/212/217 and 9.3/14/28/31. Each token is its own micro-batch, so the
-# weights are read once per sequence per step and batching stops paying; at 2 slots the two are
-# even at full load, and one-token is 2.3x faster whenever only one request runs.
+# Slots up to which AMX's one-token mode is the better choice. Each token is its own micro-batch,
+# so the weights are read once per sequence per step and batching stops paying: the two layouts
+# were even at 2 slots under full load, and one-token much faster whenever one request runs
+# (docs/performance.md, "Figures behind the code's constants").
 ONE_TOKEN_MAX_SLOTS = 2
 
 

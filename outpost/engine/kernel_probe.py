@@ -2,7 +2,7 @@
 
 Each of the three is a CPU question with no answer that holds everywhere. llama.cpp's CPU flash
 attention halved decode at depth on the Intel VMs this project was built on, and is faster at every
-depth on an AMD EPYC (llama-batched-bench -npp 128 -ntg 64 -npl 8 -t 2: 383 vs 320 tok/s); the
+depth on an AMD EPYC (docs/performance.md, "Figures behind the code's constants"); the
 repacked weights are the fast layout on x86 and ARM alike except where a kernel is missing; a KV
 stream per slot beats one pool where attention dominates a step, not where the weights do. So the
 `auto` settings (`--flash-attn`, `--repack`, `--kv-unified`) are decided by a short measurement,

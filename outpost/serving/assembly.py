@@ -28,17 +28,17 @@ from outpost.serving.engine_core import EngineClient, EngineCore
 _log = logging.getLogger(__name__)
 
 # Where the draft model's prompt read cannot be timed: what a token read costs, as a share of a
-# draft step. Measured: 0.41 for SmolLM2-135M q4_1 on 2 Zen 3 cores (4.5 ms a token, 12 ms a step);
-# larger models read a token in a smaller share of their step.
+# draft step. Below the share measured for a 135M draft (docs/performance.md, "Figures behind
+# the code's constants"): larger models read a token in a smaller share of their step.
 UNMEASURED_READ_SHARE = 0.25
 
 
 def stream_copy_min_tokens(cells_per_stream: int) -> int:
     """The shortest prefix worth copying across KV streams instead of evaluating it again.
 
-    A cross-stream copy moves the whole stream, one memcpy: measured on SmolLM2-135M q4_0, 4.5 ms
-    for 1024 cells and 28 ms for 8192 (~3.5 us a cell), against ~2 ms per prompt token on one
-    thread (~1 ms on two). A prefix pays for the copy from about cells / 300 tokens; never below 16.
+    A cross-stream copy moves the whole stream, one memcpy, at about 1/300 of a prompt token's
+    cost per cell (docs/performance.md, "Figures behind the code's constants"): a prefix pays for
+    the copy from about cells / 300 tokens; never below 16.
     """
     return max(16, cells_per_stream // 300)
 

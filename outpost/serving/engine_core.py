@@ -200,8 +200,8 @@ class EngineCore:
                     self._sinks.pop(event.request_id, None)
         self.steps += 1
         # No yield to the woken consumers here: they take the GIL while the next llama_decode
-        # runs (it releases the GIL). Handing it over first (time.sleep(0)) cost ~0.12 ms a step,
-        # 3% of a 135M decode, and measured no faster for 1 or 8 streams, in-process or over HTTP.
+        # runs (it releases the GIL). Handing it over first (time.sleep(0)) cost time on every step
+        # and was no faster for 1 or 8 streams (docs/performance.md, "Engine").
         for sink, event in sinks:
             if sink is not None:
                 sink(event)
