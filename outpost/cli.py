@@ -22,7 +22,6 @@ from pydantic import ValidationError
 from outpost.bench.cli_args import add_bench_parser
 from outpost.control import add_control_parsers
 from outpost.envflags import MODEL_COMMANDS, subcommand, use_environment
-from outpost.messages import SPLIT_MODES
 from outpost.models.cli_args import add_models_store_parsers, add_pull_parser, add_quantize_parser
 from outpost.models.convert.cli_args import add_convert_parser
 from outpost.models.store import resolve_model_arg, sagemaker_model
@@ -49,27 +48,28 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"outpost: error: {message} (see: {self.prog} --help)\n")
 
 
-def _add_engine_flags(p: argparse.ArgumentParser) -> None:
-    """run's -fa, --repack and chat template flags: serve's engine settings, spelled, explained and
-    read as there, with their defaults given (run has no env)."""
-    flags = EngineSettings.flags()
-    defaults = {"flash_attn": "auto", "repack": "auto", "chat_template": None, "chat_template_file": None}
-    for name, default in defaults.items():
-        flag = flags[name]
-        p.add_argument(*flag.names, dest=name, choices=flag.choices, default=default, help=flag.help)
+# run's engine flags: serve's and the worker's EngineSettings, spelled, explained, parsed and
+# validated as there (one slot; run reads no OUTPOST_* variables).
+RUN_ENGINE_FIELDS = (
+    "model",
+    "ctx_size",
+    "threads",
+    "n_gpu_layers",
+    "split_mode",
+    "flash_attn",
+    "repack",
+    "chat_template",
+    "chat_template_file",
+)
 
 
 def _add_run_parser(sub: Any) -> None:
     p = sub.add_parser("run", help="chat with a model in the terminal (llama-cli's flags)")
-    p.add_argument("-m", "--model", help="GGUF file (default: the built-in random-weight demo model)")
+    EngineSettings.add_to(p, only=RUN_ENGINE_FIELDS, env=False)
     p.add_argument("-p", "--prompt", help="first user message")
     p.add_argument("-f", "--file", help="read the first user message from this file")
     p.add_argument("-sys", "--system-prompt", dest="system", help="system message")
     p.add_argument("-n", "--n-predict", type=int, help="max tokens per answer (-1: until the context ends)")
-    p.add_argument("-c", "--ctx-size", type=int, help="context size (default: trained context, max 8192)")
-    p.add_argument("-t", "--threads", type=int, help="CPU threads (default: all this process may use)")
-    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers to offload to GPU")
-    p.add_argument("-sm", "--split-mode", choices=SPLIT_MODES, default="layer")
     p.add_argument("--temp", type=float, help="temperature (0 = greedy; default 0.8)")
     p.add_argument("--top-k", type=int, default=40)
     p.add_argument("--top-p", type=float, default=0.95)
@@ -78,7 +78,6 @@ def _add_run_parser(sub: Any) -> None:
     p.add_argument("-s", "--seed", type=int, default=-1, help="RNG seed (-1: random)")
     p.add_argument("--single-turn", action="store_true", help="answer the prompt once and exit")
     p.add_argument("--preset", choices=sorted(PRESETS), help="chat or summarize defaults; flags override")
-    _add_engine_flags(p)
     p.set_defaults(handler=_cmd_run)
 
 

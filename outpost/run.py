@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from outpost.engine.config import EngineConfig
 from outpost.messages import FinishReason, GenerateRequest, SamplingParams, Timings
-from outpost.settings.fields import chat_template_text
+from outpost.settings import EngineSettings
 
 if TYPE_CHECKING:  # loading llama.cpp is run_command's business, not the CLI's at import
     from outpost.serving.assembly import Engine
@@ -172,6 +172,11 @@ def print_timings(t: Timings, err: TextIO) -> None:
     err.flush()
 
 
+def _given(value: object) -> object:
+    """A flag's value, None where it says auto (the preset's or run's default then decides)."""
+    return None if value == "auto" else value
+
+
 def _pick(explicit: object, preset_value: object, default: object) -> object:
     return explicit if explicit is not None else preset_value if preset_value is not None else default
 
@@ -192,25 +197,14 @@ def _first_user_text(args: argparse.Namespace, stdin: TextIO) -> str | None:
 
 
 def _engine_config(args: argparse.Namespace, ctx_size: int) -> EngineConfig:
-    try:  # serve's reading: a built-in name, inline jinja text, or a file
-        template = chat_template_text(args.chat_template, args.chat_template_file)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    if ctx_size < 0:
-        raise UsageError(f"-c/--ctx-size must be >= 0, got {ctx_size}")
-    options: dict[str, object] = {
-        "model_path": args.model,
-        "n_ctx": ctx_size,
-        "n_seq_max": 1,
-        "n_gpu_layers": args.n_gpu_layers,
-        "split_mode": args.split_mode,
-        "flash_attn": args.flash_attn,
-        "repack": args.repack,
-        "chat_template": template,
-    }
-    if args.threads is not None:
-        options["n_threads"] = args.threads
-    return EngineConfig.model_validate(options)
+    """serve's engine config (commands/engine.py) from run's EngineSettings flags, for one slot of
+    `ctx_size` cells; "auto" threads are every usable core, "auto" GPU layers as serve sizes them."""
+    from outpost.commands.engine import engine_config, sized
+
+    settings = EngineSettings.from_args(args).model_copy(update={"parallel": 1, "ctx_size": ctx_size})
+    if settings.n_gpu_layers == "auto":
+        settings = settings.model_copy(update={"n_gpu_layers": sized(settings, args.model)[0].n_gpu_layers})
+    return engine_config(settings, args.model)
 
 
 @dataclass(frozen=True)
@@ -249,7 +243,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
     temperature = float(_pick(args.temp, preset.temperature, 0.8))  # type: ignore[arg-type]
     return RunSettings(
         n_predict=n_predict,
-        ctx_size=int(_pick(args.ctx_size, preset.ctx_size, 0)),  # type: ignore[call-overload]
+        ctx_size=int(_pick(_given(args.ctx_size), preset.ctx_size, 0)),  # type: ignore[call-overload]
         sampling=_sampling(args, temperature),
         system=_pick(args.system, preset.system, None),  # type: ignore[arg-type]
         user_prefix=preset.user_prefix,

@@ -77,7 +77,7 @@ class EngineSettings(ChatTemplateSettings):
         None,
         "-m",
         "--model",
-        help="GGUF file or model store name (serve: default the built-in random-weight demo model; "
+        help="GGUF file or model store name (serve, run: default the built-in random-weight demo model; "
         "worker: required)",
     )
     model_id: str | None = setting(

@@ -86,9 +86,14 @@ class Block(BaseModel):
         return {name: flag for name, flag in found if flag is not None}
 
     @classmethod
-    def add_to(cls, parser: argparse.ArgumentParser) -> None:
-        """Add this block's flags to `parser`, each with its `[env: ...]` help note."""
+    def add_to(
+        cls, parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None, env: bool = True
+    ) -> None:
+        """Add this block's flags to `parser` (`only` those fields, when given), each with its
+        `[env: ...]` help note unless the command reads no environment (`env=False`)."""
         for dest, flag in cls.flags().items():
+            if only is not None and dest not in only:
+                continue
             kwargs: dict[str, Any] = {"dest": dest, "default": None, "help": flag.help}
             if flag.action in ("store", "append"):
                 long = next(n for n in flag.names if n.startswith("--"))
@@ -98,12 +103,14 @@ class Block(BaseModel):
                     kwargs["nargs"] = flag.nargs
             how: Any = argparse.BooleanOptionalAction if flag.action == "switch" else flag.action
             action = parser.add_argument(*flag.names, action=how, **kwargs)
-            envflags.annotate(action)
+            if env:
+                envflags.annotate(action)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
-        """The block from parsed arguments; a flag not given (None) takes the field's default."""
-        given = {name: getattr(args, name) for name in cls.flags()}
+        """The block from parsed arguments; a flag not given (None), or not on this command's
+        parser, takes the field's default."""
+        given = {name: getattr(args, name, None) for name in cls.flags()}
         return cls.model_validate({k: v for k, v in given.items() if v is not None})
 
 

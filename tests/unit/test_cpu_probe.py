@@ -3,6 +3,7 @@ llama.cpp's extra buffer types and the micro-batch size. No real probe runs here
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -111,6 +112,38 @@ def test_run_and_serve_flags_reach_the_engine_config(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_info:
         parser.parse_args(["serve", "-fa", "maybe"])
     assert exit_info.value.code == 2
+
+
+def test_run_takes_its_engine_flags_from_serves_settings(tmp_path: Path) -> None:
+    """-c, -t, -ngl, -sm, -fa, --repack and the chat template flags of `outpost run` are serve's
+    (EngineSettings): the same spellings and help, read the same way, into the same EngineConfig."""
+    from outpost.cli import RUN_ENGINE_FIELDS, build_parser
+    from outpost.run import _engine_config
+    from outpost.settings import EngineSettings
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    parser = build_parser()
+    run_args = parser.parse_args(
+        ["run", "-m", str(model), "-c", "4096", "-t", "3", "-sm", "row", "--chat-template", "chatml"]
+    )
+    engine = _engine_config(run_args, 4096)
+    assert (engine.n_ctx, engine.n_threads, engine.n_seq_max, engine.split_mode) == (4096, 3, 1, "row")
+    assert engine.chat_template is not None and "<|im_start|>" in engine.chat_template
+    assert set(RUN_ENGINE_FIELDS) <= set(EngineSettings.flags())
+    helps = {a.dest: a.help for a in _subparser(parser, "run")._actions}
+    serve_helps = {a.dest: a.help for a in _subparser(parser, "serve")._actions}
+    for name in RUN_ENGINE_FIELDS:  # serve's help plus its [env: ...] note, which run does not read
+        assert serve_helps[name].startswith(helps[name]) and "[env:" not in helps[name]
+    bad = parser.parse_args(["run", "-m", str(model), "-t", "0"])
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        _engine_config(bad, 0)
+
+
+def _subparser(parser: object, name: str) -> argparse.ArgumentParser:
+    from outpost.envflags import subparsers
+
+    return subparsers(parser)[name]  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("machine", "expected"), [("x86_64", True), ("aarch64", False)])

@@ -306,3 +306,17 @@ def test_sizing_reads_the_gpus_only_when_layers_are_asked_for(
     none, p = sized(EngineSettings(n_gpu_layers=99), model)
     assert none.n_gpu_layers == 0 and engine_config(none, model).effective_flash_attn == "off"
     assert "no GPU in this llama.cpp build" in p.why()
+
+
+def test_run_sizes_auto_gpu_layers_as_serve_does(monkeypatch: pytest.MonkeyPatch, tiny_model: Path) -> None:
+    """`outpost run -ngl auto` puts as many layers on the GPU as serve's sizing would: every layer
+    of a model the (fake) GPU holds, none where the build has no GPU."""
+    from outpost.cli import build_parser
+    from outpost.engine import devices
+    from outpost.run import _engine_config
+
+    args = build_parser().parse_args(["run", "-m", str(tiny_model), "-ngl", "auto"])
+    monkeypatch.setattr(devices, "gpu_devices", lambda: (_gpu(79),))
+    assert _engine_config(args, 0).n_gpu_layers == -1
+    monkeypatch.setattr(devices, "gpu_devices", lambda: ())
+    assert _engine_config(args, 0).n_gpu_layers == 0
