@@ -10,6 +10,8 @@ numbered, cluster/stream.py) for `--fault-seconds`, and breaks something `--faul
   kill9          the broker's Erlang VM SIGKILLed, then started again, under load
   node-kill      3 nodes; the node everyone connected to first SIGKILLed, booted again
                  `--fault-down` s later (it rejoins), under load
+  worker-kill    one of the two workers SIGKILLed (not started again): its streams resume on the
+                 other, whose slots are busy (overcommitted: `--fault-load 2`)
   worker-cut     one worker in a network namespace of its own (cluster/.. harness/netns.py): its
                  veth pair down for `--fault-down` s (no TCP reset), then up
   gateway-cut    the gateway in a namespace (clients reach it over a second pair that stays up):
@@ -20,7 +22,10 @@ numbered, cluster/stream.py) for `--fault-seconds`, and breaks something `--faul
 A client that gets 503 (the gateway has no broker yet) waits its Retry-After (at most 2 s) and
 sends again, up to 60 times; `success_with_retry_pct` counts final outcomes only. Per scenario:
 requests, outcomes (ok / clear error / none), duplicated and missing tokens, 503s retried, and the
-longest pause of each stream, p50/p99 over all streams and over those in flight at the fault.
+longest pause of each stream, p50/p99 over all streams and over those in flight at the fault,
+and the resume gap (fault_gaps.py: from the fault's end to the next token of each stream that was
+producing tokens when it hit; target p99 < 5 s). `--fault-load 2` overcommits: twice as many
+streams as slots, so as many wait in the queue as decode.
 The namespace scenarios need root and `ip netns`; elsewhere they are recorded as skipped.
 """
 
@@ -39,6 +44,7 @@ import httpx
 
 from benchmarks.cluster.chaos import prompt_pool, scenario_d
 from benchmarks.cluster.common import Ctx, ms, pct, target
+from benchmarks.cluster.fault_gaps import resume_gaps
 from benchmarks.cluster.stream import StreamRecord, chat_body, stream
 from benchmarks.harness.broker import Broker
 from benchmarks.harness.common import log, wait_ready
@@ -66,12 +72,16 @@ class Load:
     events: list[tuple[float, str]] = field(default_factory=list)
     in_flight_at_fault: set[int] = field(default_factory=set)
     in_flight: set[int] = field(default_factory=set)
+    fault_s: float | None = None  # when the fault hit
+    fault_end_s: float | None = None  # when it ended: broker back, node gone, link up, worker gone
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def mark(self, what: str) -> None:
+    def mark(self, what: str, ends: bool = False) -> None:
         self.events.append((round(self.now(), 2), what))
+        if ends:
+            self.fault_end_s = self.now()
         log(f"(faults) t={self.now():6.1f} s: {what}")
 
 
@@ -124,6 +134,7 @@ async def _run_load(ctx: Ctx, gw: str, users: int, fault: Callable[[Load], None]
             return
         await asyncio.sleep(a.fault_at)
         load.in_flight_at_fault = set(load.in_flight)
+        load.fault_s = load.now()
         await asyncio.to_thread(fault, load)
 
     await asyncio.gather(_users(ctx, gw, users, load), breaker())
@@ -165,6 +176,7 @@ def summarize(load: Load, counters: dict[str, float]) -> dict[str, Any]:
         "in_flight_at_fault_ok": sum(r.outcome == "ok" and not r.faults() for r in at_fault),
         "pause_all": _pauses([r for r in recs if r.outcome == "ok"]),
         "pause_at_fault": _pauses([r for r in at_fault if r.outcome == "ok"]),
+        "resume_gap": resume_gaps(recs, load.in_flight_at_fault, load.fault_s, load.fault_end_s),
         "resumes_gateway": int(counters.get("resumes", 0)),
         "dead_lettered": int(counters.get("dead_lettered", 0)),
         "events": load.events,
@@ -185,6 +197,9 @@ def _targets(name: str, out: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     if name == "node-kill":
         found.append(target("node-kill: stream pause p99 (ms)", out["pause_all"]["p99_ms"], 5000, True))
+    if name != "restart-idle":
+        gap = out["resume_gap"]["p99_ms"]
+        found.append(target(f"{name}: fault end to next token p99 (ms)", gap, 5000, True))
     return found
 
 
@@ -220,7 +235,7 @@ def _cut(link: Link, seconds: float) -> Callable[[Load], None]:
             time.sleep(seconds)  # the outage's length
         finally:
             link.up()
-            load.mark(f"link {link.host_dev} up")
+            load.mark(f"link {link.host_dev} up", ends=True)
 
     return fault
 
@@ -231,13 +246,21 @@ def _broker_fault(broker: Broker, name: str, down_s: float) -> Callable[[Load], 
             load.mark("broker stop")
             broker.stop()
         else:
-            load.mark("kill -9 of node 1")
+            load.mark("kill -9 of node 1", ends=name == "node-kill")  # node-kill: the node gone
             broker.kill9(1)
             if name == "node-kill":
                 time.sleep(down_s)  # node 1 stays down while the other two serve
         load.mark("broker start")
         broker.start()
-        load.mark("broker started")
+        load.mark("broker started", ends=name != "node-kill")
+
+    return fault
+
+
+def _kill(worker: Process) -> Callable[[Load], None]:
+    def fault(load: Load) -> None:
+        worker.kill()
+        load.mark(f"{worker.name} SIGKILLed", ends=True)
 
     return fault
 
@@ -285,6 +308,8 @@ def _fault_run(ctx: Ctx, name: str) -> dict[str, Any]:
         if cut:
             assert links is not None
             fault = _cut(links[0], a.fault_down)
+        elif name == "worker-kill":
+            fault = _kill(procs[0])
         elif name == "restart-idle":
             t = time.monotonic()
             broker.stop()
@@ -333,7 +358,7 @@ def worker_kill_loop(ctx: Ctx) -> dict[str, Any]:
 FAULT_SCENARIOS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     **{
         n: _scenario(n)
-        for n in ("restart-idle", "restart", "kill9", "node-kill", "worker-cut", "gateway-cut")
+        for n in ("restart-idle", "restart", "kill9", "node-kill", "worker-kill", "worker-cut", "gateway-cut")
     },
     "worker-kill-loop": worker_kill_loop,
 }
@@ -344,5 +369,10 @@ def add_flags(add: Callable[..., Any]) -> None:
     add("--fault-at", type=float, default=15.0, help="(faults) seconds into the load the fault comes")
     add("--fault-down", type=float, default=15.0, help="(faults) seconds a cut link / killed node stays down")
     add("--fault-slots", type=int, default=4, help="(faults) slots per worker")
-    add("--fault-load", type=float, default=0.8, help="(faults) streams = this x all slots")
+    add(
+        "--fault-load",
+        type=float,
+        default=0.8,
+        help="(faults) streams = this x all slots (2: as many queued)",
+    )
     add("--duration", type=float, default=600.0, help="(worker-kill-loop) seconds")

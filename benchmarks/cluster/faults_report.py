@@ -25,6 +25,7 @@ HEADER = [
     "in flight at fault (ok)",
     "pause p50 / p99 ms (all)",
     "pause p50 / p99 ms (at fault)",
+    "fault end to next token p50 / p99 ms (streams)",
 ]
 
 
@@ -51,8 +52,9 @@ def _row(name: str, r: dict[str, Any]) -> list[str]:
             f"{len(r.get('kills') or [])} kills",
             f"resumed: {_v(gap.get('p50_ms'))} / {_v(gap.get('p99_ms'))}",
             "",
+            "",
         ]
-    pa, pf = r["pause_all"], r["pause_at_fault"]
+    pa, pf, rg = r["pause_all"], r["pause_at_fault"], r.get("resume_gap") or {}
     return [
         name,
         _v(r["requests"]),
@@ -65,6 +67,7 @@ def _row(name: str, r: dict[str, Any]) -> list[str]:
         f"{r['in_flight_at_fault']} ({r['in_flight_at_fault_ok']})",
         f"{_v(pa['p50_ms'])} / {_v(pa['p99_ms'])}",
         f"{_v(pf['p50_ms'])} / {_v(pf['p99_ms'])}",
+        f"{_v(rg.get('p50_ms'))} / {_v(rg.get('p99_ms'))} ({_v(rg.get('streams'))})",
     ]
 
 

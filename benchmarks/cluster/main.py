@@ -36,7 +36,7 @@ and `--infra-cpus` for (a), `--worker-cpus` (worker i on the i-th, round robin) 
 (f) the gateway alone on a core against fake workers (benchmarks/cluster/fake_worker.py, no model):
     requests/s and concurrent open streams at the knee (benchmarks/cluster/gateway.py).
 The fault matrix (cluster/faults.py; not in the default list, name them): restart-idle, restart,
-    kill9, node-kill, worker-cut, gateway-cut, worker-kill-loop, e.g.
+    kill9, node-kill, worker-kill, worker-cut, gateway-cut, worker-kill-loop, e.g.
     python -m benchmarks.cluster --shape tiny --scenarios restart,kill9,node-kill --fault-seconds 60
 
 Writes --out (default bench-results/cluster-<timestamp>/): results.json (after every scenario),
