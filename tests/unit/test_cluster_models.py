@@ -14,8 +14,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from fake_backend import FakeCodec
-from test_model_pool import FakeSource, answer
+from fake_backend import FakeCodec, FakeSource
+from test_model_pool import answer
 
 from outpost import cli
 from outpost.cluster import wire
