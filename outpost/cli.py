@@ -254,24 +254,38 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    engine = EngineSettings.from_args(args)
-    if not engine.model:
-        raise UsageError("outpost worker needs -m/--model (or OUTPOST_MODEL): a GGUF file or store name")
-    from outpost.commands.worker import run_worker  # llama.cpp: once the command line is sound
+    engine, own = EngineSettings.from_args(args), WorkerSettings.from_args(args)
+    broker, tracing = BrokerSettings.from_args(args), TracingSettings.from_args(args)
+    if engine.model and own.models_dir:
+        raise UsageError("give -m (one model) or --models-dir (several), not both")
+    if engine.model:
+        from outpost.commands.worker import run_worker  # llama.cpp: once the command line is sound
 
-    broker, own = BrokerSettings.from_args(args), WorkerSettings.from_args(args)
-    return run_worker(resolve_model_arg(engine.model), broker, engine, own, TracingSettings.from_args(args))
+        return run_worker(resolve_model_arg(engine.model), broker, engine, own, tracing)
+    # As serve: every GGUF of --models-dir, else every model in the store, each loaded on demand.
+    from outpost.commands.models import models_in_dir, models_in_store
+
+    models = models_in_dir(own.models_dir) if own.models_dir else models_in_store()
+    if not models:
+        raise UsageError(
+            "outpost worker needs -m/--model (or OUTPOST_MODEL), --models-dir, or models in the store"
+        )
+    from outpost.commands.worker import run_worker_models
+
+    return run_worker_models(models, broker, engine, own, tracing)
 
 
 def _cmd_gateway(args: argparse.Namespace) -> int:
     own = GatewaySettings.from_args(args)
-    if not own.models:
-        raise UsageError("outpost gateway needs -m/--model (or OUTPOST_MODEL): the models it serves")
-    from outpost.commands.gateway import run_gateway
+    if not own.models and not own.models_dir:
+        raise UsageError(
+            "outpost gateway needs -m/--model (or OUTPOST_MODEL) or --models-dir: the models it serves"
+        )
+    from outpost.commands.gateway import gateway_models, run_gateway
 
-    paths = [resolve_model_arg(m) for m in own.models]
+    models = gateway_models([resolve_model_arg(m) for m in own.models], own.models_dir)
     blocks = HttpSettings.from_args(args), TracingSettings.from_args(args)
-    return run_gateway(paths, BrokerSettings.from_args(args), own, *blocks)
+    return run_gateway(models, BrokerSettings.from_args(args), own, *blocks)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
-from outpost.backend import BackendStats, EventStream
+from outpost.backend import BackendStats, EventStream, InferenceBackend
 from outpost.messages import (
     FimTokens,
     FinishReason,
@@ -271,3 +272,34 @@ class FakeBackend:
 
     def close(self) -> None:
         self.closed = True
+
+
+GIB = 2**30
+
+
+class FakeSource:
+    """A model pool's model known before it loads (serving/model_pool.py's `ModelSource`); its load
+    builds a FakeBackend (held while `gate` is clear)."""
+
+    def __init__(self, need_gib: float = 1.0, refusal: str | None = None) -> None:
+        self.codec = FakeCodec()
+        self.n_ctx_seq = 4096
+        self.need_bytes = int(need_gib * GIB)
+        self.refusal = refusal
+        self.loads = 0
+        self.backends: list[FakeBackend] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def facts(self) -> dict[str, Any]:
+        return {"architecture": "fake"}
+
+    def load(self) -> InferenceBackend:
+        assert self.gate.wait(60), "a test held a load for too long"
+        self.loads += 1
+        backend = FakeBackend("hello", n_ctx_seq=4096)
+        self.backends.append(backend)
+        return backend
+
+    def close(self) -> None:
+        pass

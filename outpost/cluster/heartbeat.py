@@ -5,6 +5,11 @@ decoder). Gateways keep the latest heartbeat of each worker: /health lists them,
 (gateway/routing.py) reads the slots, the lane, the advertised prefix hashes (prefix.py) and the measured
 prefill speed; the API's admission reads the real limits (positions per request, KV cells) and the
 chat template's hash. Fields added after the first version are optional when decoding.
+
+A worker serving several models (`outpost worker --models-dir`) publishes one heartbeat per model,
+each with that model's slots, lane, prefixes and limits, and two fields added within v1: `models`,
+every model the worker serves, and `loaded`, whether this one is loaded now (a pooled model loads on
+its first request). An older worker's heartbeat reads as serving its one model, loaded.
 """
 
 from __future__ import annotations
@@ -33,6 +38,13 @@ class Heartbeat:
     n_ctx_seq: int = 0  # positions (prompt + output) one request may use
     kv_cells: int = 0  # its KV cache's cells, all slots together
     chat_template: str = ""  # a hash of the chat template its model carries ("" for none)
+    models: tuple[str, ...] = ()  # every model the worker serves (); () from an older worker: `model`
+    loaded: bool = True  # whether `model` is loaded now (False: its first request loads it)
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        """Every model the worker serves (an older worker's heartbeat: its one model)."""
+        return self.models or (self.model,)
 
 
 def encode_heartbeat(hb: Heartbeat) -> bytes:
@@ -52,6 +64,8 @@ def encode_heartbeat(hb: Heartbeat) -> bytes:
             "n_ctx_seq": hb.n_ctx_seq,
             "kv_cells": hb.kv_cells,
             "chat_template": hb.chat_template,
+            "models": list(hb.models),
+            "loaded": hb.loaded,
         }
     )
 
@@ -61,8 +75,9 @@ def decode_heartbeat(body: bytes) -> Heartbeat:
     try:
         lane = d.get("lane")
         prefixes = d.get("prefixes") or []
-        if not isinstance(prefixes, list):
-            raise TypeError("prefixes must be a list")
+        models = d.get("models") or []
+        if not isinstance(prefixes, list) or not isinstance(models, list):
+            raise TypeError("prefixes and models must be lists")
         return Heartbeat(
             str(d["id"]),
             str(d["model"]),
@@ -77,6 +92,8 @@ def decode_heartbeat(body: bytes) -> Heartbeat:
             int(d.get("n_ctx_seq", 0)),
             int(d.get("kv_cells", 0)),
             str(d.get("chat_template", "")),
+            tuple(str(m) for m in models),
+            bool(d.get("loaded", True)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"malformed heartbeat: {exc!r}") from exc

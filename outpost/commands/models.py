@@ -20,7 +20,7 @@ from outpost.engine.codec import VocabOnlyModel, load_codec
 from outpost.models.store import ModelStore
 from outpost.serving.model_pool import ModelPool, PoolLimits
 from outpost.settings import EngineSettings
-from outpost.settings.commands import ServeSettings
+from outpost.settings.commands import ModelPoolSettings
 from outpost.sizing import NotEnoughMemory, Plan
 
 SHARD = "-00001-of-"  # a split GGUF's first file; its other parts are not models of their own
@@ -100,15 +100,21 @@ def model_source(engine: EngineSettings, path: str, max_queue: int) -> LocalMode
 
 
 def build_pool(
-    models: dict[str, str], engine: EngineSettings, own: ServeSettings, preload: tuple[str, ...] = ()
+    models: dict[str, str],
+    engine: EngineSettings,
+    own: ModelPoolSettings,
+    max_queue: int,
+    preload: tuple[str, ...] = (),
+    autoload: bool = True,
 ) -> ModelPool:
-    """The pool of `models` (name -> path): sized, vocab read, none loaded yet (runs in a thread)."""
-    sources = {name: model_source(engine, path, own.max_queue) for name, path in models.items()}
+    """The pool of `models` (name -> path): sized, vocab read, none loaded yet (runs in a thread).
+    max_queue: each engine's requests waiting beyond its slots."""
+    sources = {name: model_source(engine, path, max_queue) for name, path in models.items()}
     budget = min((s.plan.memory.available for s in sources.values() if s.plan is not None), default=0)
     limits = PoolLimits(
         models_max=own.models_max,
         memory_bytes=budget,
-        autoload=own.models_autoload,
+        autoload=autoload,
         load_wait_s=own.model_load_timeout,
         idle_unload_s=float(own.sleep_idle_seconds) if own.sleep_idle_seconds >= 0 else None,
     )

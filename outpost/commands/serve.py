@@ -30,7 +30,7 @@ def build_pooled_backends(
     models: dict[str, str], engine: EngineSettings, own: ServeSettings, preload: tuple[str, ...] = ()
 ) -> Backends:
     """The model pool's models, none loaded but those in `preload` (runs in a worker thread)."""
-    return build_pool(models, engine, own, preload).models
+    return build_pool(models, engine, own, own.max_queue, preload, own.models_autoload).models
 
 
 def serve(

@@ -3,7 +3,8 @@
 serve = Engine + Http + Serve (+ Tracing), worker = Broker + Engine + Worker (+ Tracing),
 gateway = Http + Broker + Gateway (+ Tracing). A flag that one command alone has goes in that
 command's block below; one that several share goes in the shared block (engine.py, http.py,
-broker.py), so it is spelled and documented the same in each.
+broker.py, and here `ModelsDirSettings` for all three and `ModelPoolSettings` for serve and worker),
+so it is spelled and documented the same in each.
 
 `--max-queue` is one name with a meaning per command, which each command's help states: on serve,
 requests waiting beyond the slots (default 64); on the gateway, requests waiting per model in the
@@ -24,22 +25,28 @@ from outpost.settings.fields import Block, ChatTemplateSettings, setting
 from outpost.settings.http import HttpSettings
 
 
-class ServeSettings(Block):
-    """`outpost serve`'s own settings, llama-server's router flags among them."""
+class ModelsDirSettings(Block):
+    """--models-dir, declared once for serve, worker and gateway (each serves every GGUF in it)."""
 
-    max_queue: int = setting(
-        64,
-        "--max-queue",
-        help="requests waiting beyond the slots (default 64); more: 429",
-        parse=int,
-        ge=0,
-    )
     models_dir: str | None = setting(
         None,
         "--models-dir",
-        help="serve every GGUF in DIR, each named by its file name without .gguf, loaded on first use "
-        "(without -m and --models-dir: every model in the store, by its store name)",
+        help="serve every GGUF in DIR, each named by its file name without .gguf (serve and worker: "
+        "loaded on first use; a gateway: vocab only, beside its -m models); serve and worker without "
+        "-m and --models-dir: every model in the store, by its store name",
     )
+
+    @field_validator("models_dir")
+    @classmethod
+    def _existing_dir(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_dir():
+            raise ValueError(f"--models-dir: no such directory: {value}")
+        return value
+
+
+class ModelPoolSettings(ModelsDirSettings):
+    """How serve and a worker hold several models (outpost/serving/model_pool.py), declared once."""
+
     models_max: int = setting(
         4,
         "--models-max",
@@ -47,12 +54,6 @@ class ServeSettings(Block):
         "unloaded to make room",
         parse=int,
         ge=0,
-    )
-    models_autoload: bool = setting(
-        True,
-        "--models-autoload",
-        help="a request for a model not loaded loads it (--no-models-autoload: a 400; POST /models/load)",
-        action="switch",
     )
     sleep_idle_seconds: int = setting(
         -1,
@@ -69,16 +70,27 @@ class ServeSettings(Block):
         gt=0,
     )
 
-    @field_validator("models_dir")
-    @classmethod
-    def _existing_dir(cls, value: str | None) -> str | None:
-        if value is not None and not Path(value).is_dir():
-            raise ValueError(f"--models-dir: no such directory: {value}")
-        return value
+
+class ServeSettings(ModelPoolSettings):
+    """`outpost serve`'s own settings, llama-server's router flags among them."""
+
+    max_queue: int = setting(
+        64,
+        "--max-queue",
+        help="requests waiting beyond the slots (default 64); more: 429",
+        parse=int,
+        ge=0,
+    )
+    models_autoload: bool = setting(
+        True,
+        "--models-autoload",
+        help="a request for a model not loaded loads it (--no-models-autoload: a 400; POST /models/load)",
+        action="switch",
+    )
 
 
-class WorkerSettings(Block):
-    """`outpost worker`'s own settings."""
+class WorkerSettings(ModelPoolSettings):
+    """`outpost worker`'s own settings (and the model pool's, as serve's: several models)."""
 
     worker_id: str | None = setting(
         None, "--worker-id", help="id in heartbeats (default: host-pid-random, unique per process)"
@@ -91,7 +103,7 @@ def _refuse_ctx_size(text: str) -> int:
     )
 
 
-class GatewaySettings(ChatTemplateSettings):
+class GatewaySettings(ChatTemplateSettings, ModelsDirSettings):
     """`outpost gateway`'s own settings: its models and the broker-side queue it keeps for them."""
 
     models: tuple[str, ...] = setting(

@@ -49,7 +49,7 @@ class Proc:
 
 def worker(
     broker: Any,
-    model: Path,
+    model: Path | None,
     *args: str,
     step_delay_ms: int = 0,
     worker_id: str = "",
@@ -63,7 +63,7 @@ def worker(
         "--broker-password-file",
         str(broker.password_file),
     ]
-    cmd += ["-m", str(model), "-t", "1", *args]
+    cmd += [*(["-m", str(model)] if model is not None else []), "-t", "1", *args]  # None: args say
     if worker_id:
         cmd += ["--worker-id", worker_id]
     env = dict(env or {})

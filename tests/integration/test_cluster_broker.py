@@ -254,7 +254,8 @@ def test_a_cancelled_consumer_is_re_established(rabbitmq: Any) -> None:
 
     async def main() -> None:
         async with cluster(broker, _model(), [engine]) as (backend, workers):
-            intake = workers[0][0]._intake
+            worker = workers[0][0]
+            intake = worker.served[worker.model].intake
             assert intake is not None
             credit = intake.plan.credits[0]  # one slot: one consumer, on the shared queue
             underlay = await intake._channel.get_underlay_channel()

@@ -59,7 +59,7 @@ class Fleet:
         self.workers[name] = (worker, asyncio.ensure_future(worker.run(asyncio.Event())))
 
         def live() -> bool:
-            return all(worker.worker_id in link.fleet.workers for link in self.links)
+            return all((worker.worker_id, self.model) in link.fleet.workers for link in self.links)
 
         await until(live, f"{name} live")
         return worker
@@ -73,7 +73,7 @@ class Fleet:
     async def advertised(self, worker: Worker, min_blocks: int) -> None:
         await until(
             lambda: all(
-                len(link.fleet.workers[worker.worker_id].heartbeat.prefixes) >= min_blocks
+                len(link.fleet.workers[worker.worker_id, self.model].heartbeat.prefixes) >= min_blocks
                 for link in self.links
             ),
             "the prefix in every gateway's view",

@@ -5,12 +5,11 @@ Held with events (a load held on a threading.Event, a stream held on FakeBackend
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
-from fake_backend import FakeBackend, FakeCodec
+from fake_backend import FakeSource
 
 from outpost.backend import InferenceBackend, ManagedBackend
 from outpost.messages import BackendUnavailable, GenerateRequest
@@ -18,33 +17,6 @@ from outpost.serving.model_pool import ModelNotLoaded, ModelPool, ModelTooLarge,
 
 T = TypeVar("T")
 GIB = 2**30
-
-
-class FakeSource:
-    """A model known before it loads; its load builds a FakeBackend (held while `gate` is clear)."""
-
-    def __init__(self, need_gib: float = 1.0, refusal: str | None = None) -> None:
-        self.codec = FakeCodec()
-        self.n_ctx_seq = 4096
-        self.need_bytes = int(need_gib * GIB)
-        self.refusal = refusal
-        self.loads = 0
-        self.backends: list[FakeBackend] = []
-        self.gate = threading.Event()
-        self.gate.set()
-
-    def facts(self) -> dict[str, Any]:
-        return {"architecture": "fake"}
-
-    def load(self) -> InferenceBackend:
-        assert self.gate.wait(60), "a test held a load for too long"
-        self.loads += 1
-        backend = FakeBackend("hello", n_ctx_seq=4096)
-        self.backends.append(backend)
-        return backend
-
-    def close(self) -> None:
-        pass
 
 
 def pool_of(limits: PoolLimits, **sources: FakeSource) -> ModelPool:

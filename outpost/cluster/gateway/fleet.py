@@ -1,10 +1,13 @@
 """A gateway's table of live workers, learnt from their heartbeats on the status exchange.
 
 `WorkerTable` keeps the latest heartbeat of each worker of the gateway's own models (another
-model's heartbeats are not this gateway's to route or show). A worker not heard from for
-`topology.WORKER_TTL_S` is left out of routing at once and forgotten by the next `live_workers`.
-From it come routing's `WorkerView`s, `/health`'s `workers` and a model's positions per request
-(`n_ctx_seq`: the smallest that any live, non-draining worker of it reports).
+model's heartbeats are not this gateway's to route or show), by worker and model: a worker serving
+several models sends a heartbeat for each (heartbeat.py), and each is a worker of that model here.
+A worker not heard from for `topology.WORKER_TTL_S` is left out of routing at once and forgotten by
+the next `live_workers`.
+From it come routing's `WorkerView`s, `/health`'s `workers`, a model's positions per request
+(`n_ctx_seq`: the smallest that any live, non-draining worker of it reports) and how many live
+workers serve a model and hold it loaded (`/v1/models`' cards: `serving`).
 """
 
 from __future__ import annotations
@@ -32,11 +35,11 @@ class WorkerSeen:
 
 
 class WorkerTable:
-    """The live workers of a gateway's models, by worker id."""
+    """The live workers of a gateway's models, by (worker id, model)."""
 
     def __init__(self, models: Sequence[str]) -> None:
         self.models = models
-        self.workers: dict[str, WorkerSeen] = {}
+        self.workers: dict[tuple[str, str], WorkerSeen] = {}
 
     def heard(self, body: bytes) -> Heartbeat | None:
         """Record a status message's heartbeat; None when it is unreadable or another model's."""
@@ -58,7 +61,7 @@ class WorkerTable:
             hb.prefill_tps,
             hb.cache_blocks,
         )
-        self.workers[hb.worker_id] = WorkerSeen(hb, view, time.time(), time.monotonic())
+        self.workers[hb.worker_id, hb.model] = WorkerSeen(hb, view, time.time(), time.monotonic())
         return hb
 
     def views(self, model: str) -> list[WorkerView]:
@@ -81,6 +84,12 @@ class WorkerTable:
         ]
         return min(limits) if limits else None
 
+    def serving(self, model: str) -> tuple[int, int]:
+        """(live workers that serve `model`, those of them that hold it loaded now)."""
+        self.live_workers(model)  # forgets the expired ones
+        mine = [s.heartbeat for s in self.workers.values() if s.heartbeat.model == model]
+        return len(mine), sum(hb.loaded for hb in mine)
+
     def live_workers(self, model: str | None = None) -> list[dict[str, Any]]:
         """Forgets the workers past the TTL; the rest as `/health` lists them."""
         now = time.monotonic()
@@ -100,6 +109,8 @@ class WorkerTable:
                 "n_ctx_seq": s.heartbeat.n_ctx_seq,
                 "kv_cells": s.heartbeat.kv_cells,
                 "chat_template": s.heartbeat.chat_template,
+                "models": list(s.heartbeat.served),
+                "loaded": s.heartbeat.loaded,
                 "last_seen": round(s.last_seen, 3),
             }
             for s in self.workers.values()

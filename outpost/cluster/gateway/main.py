@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 from typing import Any
 
 from outpost.api.app import create_app
@@ -26,21 +25,17 @@ _log = logging.getLogger("outpost.api")
 CONNECT_TIMEOUT_S = 60.0
 
 
-def model_id(path: str) -> str:
-    return Path(path).stem
-
-
 def serve_gateway(
     config: HttpSettings,
     own: GatewaySettings,
     tracing: TracingSettings,
     url: str | list[str],
-    model_paths: list[str],
+    models: dict[str, str],
     quorum_size: int | None = None,
 ) -> int:
-    """Serve until stopped; returns the process exit code."""
+    """Serve `models` (id -> GGUF path) until stopped; returns the process exit code."""
     configure_logging()
-    return asyncio.run(_serve(config, own, tracing, url, model_paths, quorum_size))
+    return asyncio.run(_serve(config, own, tracing, url, models, quorum_size))
 
 
 async def _serve(
@@ -48,13 +43,11 @@ async def _serve(
     own: GatewaySettings,
     tracing: TracingSettings,
     url: str | list[str],
-    model_paths: list[str],
+    models: dict[str, str],
     quorum_size: int | None,
 ) -> int:
     loop = asyncio.get_running_loop()
-    ids = [model_id(p) for p in model_paths]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"two -m models have the same id: {ids}")
+    ids = list(models)
     link = GatewayLink(
         url, ids, prefix_routing=own.prefix_routing == "on", quorum_size=quorum_size, max_queue=own.max_queue
     )
@@ -66,7 +59,7 @@ async def _serve(
         from outpost.engine.codec import load_codec
 
         backends: dict[str, RemoteBackend] = {}
-        for mid, path in zip(ids, model_paths, strict=True):
+        for mid, path in models.items():
             vocab_model = load_codec(path, template)
             opened.append(vocab_model)
             # Positions per request: what the live workers report (RemoteBackend.n_ctx_seq).

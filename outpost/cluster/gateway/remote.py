@@ -139,7 +139,10 @@ class RemoteBackend:
         raise NotSupported("/lora-adapters is not supported through the gateway: call a worker's serve")
 
     def describe(self) -> dict[str, Any]:
-        return dict(self._facts)
+        """The model's facts, and what the heartbeats say: how many live workers serve it
+        (`workers`; 0: its requests wait in its queue for one) and hold it loaded (`workers_loaded`)."""
+        workers, loaded = self.link.fleet.serving(self.model)
+        return {**self._facts, "workers": workers, "workers_loaded": loaded}
 
     def close(self) -> None:
         pass  # the link is closed by whoever started it

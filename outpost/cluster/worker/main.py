@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from outpost.backend import InferenceBackend
+from outpost.cluster.worker.served import ServedModel
 from outpost.cluster.worker.service import Worker
 
 if TYPE_CHECKING:
@@ -19,13 +20,14 @@ _log = logging.getLogger("outpost.cluster.worker")
 
 async def serve_worker(
     url: str | Sequence[str],
-    model: str,
-    backend: InferenceBackend,
+    model: str | Sequence[ServedModel],
+    backend: InferenceBackend | None,
     worker_id: str | None = None,
     tracer: Tracer | None = None,
     quorum_size: int | None = None,
 ) -> int:
-    """Run a worker until SIGTERM / SIGINT, then drain; returns the exit code."""
+    """Run a worker until SIGTERM / SIGINT, then drain; returns the exit code. `model` and `backend`:
+    its one model; or `model` lists several (each with its backend) and `backend` is None."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

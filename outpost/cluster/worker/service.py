@@ -20,6 +20,11 @@ leaves it to the broker to redeliver; the next worker asks the gateway what the 
 (`resume?`) and continues from the prompt plus those tokens. Embedding jobs come on the same queue and
 are answered by `embed.answer` (one reply; a redelivered one is computed again).
 
+Several models (`outpost worker --models-dir`, or the store's): each is a `ServedModel` (served.py)
+with its own shared queue, lane, credits and heartbeat, all on one connection; a pooled model loads on
+its first request (the request waits, bounded by `--model-load-timeout`; past that it ends with the
+pool's reason as its error, as a request the backend refuses does).
+
 Decoding runs on the backend's engine thread; this event loop only moves messages (AMQP heartbeats keep
 flowing during long prefills).
 """
@@ -38,7 +43,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import aio_pika
-from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
 from aiormq.exceptions import AMQPError, ChannelInvalidStateError, PublishError
 
 from outpost import tracing
@@ -46,14 +51,13 @@ from outpost.backend import InferenceBackend
 from outpost.cluster import embed, wire
 from outpost.cluster.broker import topology
 from outpost.cluster.broker.session import BrokerSession, survive_connection_loss
-from outpost.cluster.heartbeat import Heartbeat, encode_heartbeat, template_hash
-from outpost.cluster.prefix import BLOCK, PrefixIndex
+from outpost.cluster.heartbeat import encode_heartbeat
 from outpost.cluster.worker.cancels import CancelMemory
 from outpost.cluster.worker.intake import LANE, SHARED, Intake
 from outpost.cluster.worker.outbox import Outboxes
 from outpost.cluster.worker.requests import BackendRequests, final_without_running
 from outpost.cluster.worker.resume import ResumeUnanswered, ask_resume, continued, may_have_started, park
-from outpost.messages import TokenEvent
+from outpost.cluster.worker.served import ServedModel
 
 if TYPE_CHECKING:
     from outpost.tracing import Tracer
@@ -73,47 +77,56 @@ def default_worker_id() -> str:
 
 
 class Worker:
-    """One process's consumer of `outpost.req.<model>` on top of an InferenceBackend."""
+    """One process's consumer of `outpost.req.<model>` (of each of its models) on InferenceBackends."""
 
     def __init__(
         self,
         url: str | Sequence[str],
-        model: str,
-        backend: InferenceBackend,
+        model: str | Sequence[ServedModel],
+        backend: InferenceBackend | None = None,
         worker_id: str | None = None,
         tracer: Tracer | None = None,
         quorum_size: int | None = None,
     ) -> None:
+        """model and backend: the one model served; or `model` lists the models (then no backend)."""
         self.urls = [url] if isinstance(url, str) else list(url)  # a cluster's nodes: any will do
         self.quorum = topology.quorum_size(len(self.urls), quorum_size)  # replicas of its queues
         self.tracer = tracer
-        self.model = model
-        self.backend = backend
-        self.slots = backend.stats().slots_total  # fixed for the engine's life: the intake's credit
-        self._template = template_hash(backend.codec.chat_template_source)
+        if isinstance(model, str):
+            assert backend is not None, "one model needs its backend"
+            model = [ServedModel.of(model, backend)]
+        self.served = {m.name: m for m in model}
+        first = model[0]
+        self.model, self.backend = first.name, first.backend
+        self.slots = sum(m.slots for m in model)  # fixed for the engines' life: the intakes' credits
         self.worker_id = worker_id or default_worker_id()
         self._cancels = CancelMemory()
         self._resumes: dict[str, asyncio.Future[wire.ResumeState]] = {}
         self._draining = False
-        self._prefixes = PrefixIndex()
-        self.prefill_tps = 0.0  # recent prompt tokens per second (an average of finished requests)
         self.completed = 0
-        self.lane = topology.lane_queue(model, self.worker_id)
-        self._intake: Intake | None = None
-        self._watch: asyncio.Future[None] | None = None
+        self._watches: list[asyncio.Future[None]] = []
         self._held = 0
         self.max_held = 0  # the most requests it ever held at once (never more than its slots)
         self._conn: AbstractConnection | None = None
         self._session = BrokerSession(self.urls, "", self._setup)  # replaced by run()'s
         self._outboxes = Outboxes(self._publish_reply)
-        self._requests = BackendRequests(
-            backend, self.worker_id, self._cancels, lambda: self._session.since_connected()
-        )
+        for m in model:
+            m.named_for(self.worker_id)
+            m.requests = BackendRequests(
+                m.backend, self.worker_id, self._cancels, lambda: self._session.since_connected()
+            )
+        self.lane = first.lane
 
     @property
     def in_flight(self) -> int:
         """Requests this worker holds (delivered, not yet acked)."""
-        return len(self._intake.tasks) if self._intake is not None else 0
+        return sum(m.in_flight for m in self.served.values())
+
+    def _intakes(self) -> list[Intake]:
+        return [m.intake for m in self.served.values() if m.intake is not None]
+
+    def _tasks(self) -> set[asyncio.Task[None]]:
+        return {task for intake in self._intakes() for task in intake.tasks}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -133,10 +146,10 @@ class Worker:
                 stopped.cancel()
                 await running  # raises what ended it (BrokerTLSError)
             self._draining = True
-            if self._intake is not None:
-                await self._intake.stop()
-            while self._intake is not None and self._intake.tasks:  # in flight: finish them, ack them
-                await asyncio.wait(set(self._intake.tasks))
+            for intake in self._intakes():
+                await intake.stop()
+            while self._tasks():  # in flight: finish them, ack them
+                await asyncio.wait(self._tasks())
             with contextlib.suppress(
                 AMQPError, RuntimeError, asyncio.TimeoutError, PublishError, AttributeError
             ):
@@ -147,8 +160,8 @@ class Worker:
             # Cancelled (not stopped): nothing this worker started may outlive it or consume again;
             # the connection closes at once, as a killed worker's does (what it held is redelivered).
             heartbeats.cancel()
-            if self._intake is not None:
-                self._intake.abandon()
+            for intake in self._intakes():
+                intake.abandon()
             running.cancel()
             await asyncio.wait({running}, timeout=10)
             await session.close()
@@ -160,9 +173,7 @@ class Worker:
         pub = session.essential(await conn.channel(publisher_confirms=True, on_return_raises=True))
         control, self._status = await topology.declare_common(conn, pub, self.quorum)
         consume_ch = session.essential(await conn.channel())
-        shared = await topology.declare_request_queue(conn, consume_ch, self.model, self.quorum)
-        self._shared_name = shared.name
-        lane = await topology.declare_lane(consume_ch, self.model, self.worker_id, self.slots, self.quorum)
+        queues = {m.name: await self._declare_queues(conn, consume_ch, m) for m in self.served.values()}
         side = session.essential(await conn.channel())
         control_q = await side.declare_queue(
             f"outpost.control.{self.worker_id}", exclusive=True, auto_delete=True
@@ -174,40 +185,51 @@ class Worker:
         await private_q.consume(self._on_private, no_ack=True)
         self._conn, self._pub = conn, pub
         self._probe = await conn.channel()  # depths only: a failed declare must not close pub or consume_ch
-        intake = Intake(consume_ch, {LANE: lane, SHARED: shared}, self.slots, self._handle, self._depth)
-        self._intake = intake
-        await intake.start()
-        self._watch = asyncio.ensure_future(intake.watch())
-        if session.connections:
-            _log.warning("worker %s: consuming %s and %s again", self.worker_id, self._shared_name, self.lane)
-        else:
-            _log.warning("worker %s: consuming %s and %s", self.worker_id, self._shared_name, self.lane)
+        for m in self.served.values():
+            handle, depth = functools.partial(self._handle, m), functools.partial(self._depth, m)
+            m.intake = Intake(consume_ch, queues[m.name], m.slots, handle, depth)
+            await m.intake.start()
+            self._watches.append(asyncio.ensure_future(m.intake.watch()))
+            again = " again" if session.connections else ""
+            shared = queues[m.name][SHARED].name
+            _log.warning("worker %s: consuming %s and %s%s", self.worker_id, shared, m.lane, again)
+
+    async def _declare_queues(
+        self, conn: AbstractConnection, channel: AbstractChannel, m: ServedModel
+    ) -> dict[str, AbstractQueue]:
+        """The model's shared queue and this worker's lane of it."""
+        shared = await topology.declare_request_queue(conn, channel, m.name, self.quorum)
+        lane = await topology.declare_lane(channel, m.name, self.worker_id, m.slots, self.quorum)
+        return {LANE: lane, SHARED: shared}
 
     async def _on_lost(self) -> None:
         """The connection went: what it delivered can no longer be acked, and the broker gives it
         again (here or to another worker, whose `resume?` continues it). End it all before the next
         setup consumes, so this worker never holds more requests than it has slots."""
-        intake, self._intake = self._intake, None
-        if self._watch is not None:
-            self._watch.cancel()
-        if intake is None:
-            return
-        intake.abandon()
-        if intake.tasks:
-            _, left = await asyncio.wait(set(intake.tasks), timeout=LOST_DRAIN_S)
+        intakes = self._intakes()
+        for m in self.served.values():
+            m.intake = None
+        watches, self._watches = self._watches, []
+        for watch in watches:
+            watch.cancel()
+        for intake in intakes:
+            intake.abandon()
+        tasks = {task for intake in intakes for task in intake.tasks}
+        if tasks:
+            _, left = await asyncio.wait(tasks, timeout=LOST_DRAIN_S)
             if left:
                 _log.error(
                     "worker %s: %d requests did not end after the connection went", self.worker_id, len(left)
                 )
 
-    async def _depth(self, source: str) -> int:
-        """Ready messages in the lane or the shared queue. Declaring the lane again renews its
+    async def _depth(self, m: ServedModel, source: str) -> int:
+        """Ready messages in the model's lane or shared queue. Declaring the lane again renews its
         unused-expiry lease while no credit consumes it (all on the shared queue, or one slot)."""
         if self._probe.is_closed and self._conn is not None:  # a failed declare closed it
             self._probe = await self._conn.channel()
         if source == LANE:
-            return await topology.lane_depth(self._probe, self.model, self.worker_id, self.slots, self.quorum)
-        return await topology.request_queue_depth(self._probe, self.model)
+            return await topology.lane_depth(self._probe, m.name, self.worker_id, m.slots, self.quorum)
+        return await topology.request_queue_depth(self._probe, m.name)
 
     async def _heartbeats(self) -> None:
         while True:
@@ -220,24 +242,12 @@ class Worker:
             await asyncio.sleep(topology.HEARTBEAT_S)
 
     async def _publish_heartbeat(self) -> None:
-        kv_cells = self.backend.stats().kv_cells_total
-        hb = Heartbeat(
-            self.worker_id,
-            self.model,
-            self.slots,
-            self.in_flight,
-            self._draining,
-            self.completed,
-            self.lane,
-            tuple(self._prefixes.hashes(self.backend.cached_sequences())),
-            self.prefill_tps,
-            kv_cells // BLOCK,
-            self.backend.n_ctx_seq,
-            kv_cells,
-            self._template,
-        )
-        message = aio_pika.Message(encode_heartbeat(hb), expiration=topology.WORKER_TTL_S)
-        await self._status.publish(message, routing_key="", mandatory=False, timeout=5)
+        """One heartbeat per model served, each naming all of them."""
+        names = tuple(self.served)
+        for m in self.served.values():
+            hb = m.heartbeat(self.worker_id, self._draining, self.completed, names)
+            message = aio_pika.Message(encode_heartbeat(hb), expiration=topology.WORKER_TTL_S)
+            await self._status.publish(message, routing_key="", mandatory=False, timeout=5)
 
     # -- control --------------------------------------------------------------------------------
 
@@ -251,7 +261,8 @@ class Worker:
             if cancel.before_attempt is not None:
                 rid = cancel.request_id
                 _log.warning("worker %s: %s was resumed elsewhere; ending this copy", self.worker_id, rid)
-            await self.backend.abort(cancel.request_id)
+            for m in self.served.values():  # an id unknown to a backend is nothing to it
+                await m.backend.abort(cancel.request_id)
 
     async def _on_private(self, message: AbstractIncomingMessage) -> None:
         try:
@@ -265,11 +276,11 @@ class Worker:
 
     # -- requests -------------------------------------------------------------------------------
 
-    async def _handle(self, message: AbstractIncomingMessage) -> None:
+    async def _handle(self, m: ServedModel, message: AbstractIncomingMessage) -> None:
         self._held += 1  # across connections: a lost one's requests count until they have ended
         self.max_held = max(self.max_held, self._held)
         try:
-            await self._serve(message)
+            await self._serve(m, message)
         except (AMQPError, ConnectionError, ChannelInvalidStateError, asyncio.CancelledError) as exc:
             if isinstance(exc, asyncio.CancelledError) and _cancelling():
                 raise
@@ -289,7 +300,7 @@ class Worker:
         finally:
             self._held -= 1
 
-    async def _serve(self, message: AbstractIncomingMessage) -> None:
+    async def _serve(self, m: ServedModel, message: AbstractIncomingMessage) -> None:
         try:
             fields = wire.loads(message.body, ("request", "embed"))  # parsed once: kind, request, flags
             request = None if fields["kind"] == "embed" else wire.decode_request(fields)
@@ -298,7 +309,7 @@ class Worker:
             await message.reject(requeue=False)  # dead-lettered: the gateway answers it
             return
         if request is None:  # an embedding job, idempotent: a redelivered one is computed again
-            await embed.answer(message, self.backend.embed, self._pub.default_exchange)
+            await embed.answer(message, m.backend.embed, self._pub.default_exchange)
             self.completed += 1
             return
         reply_to = message.reply_to
@@ -328,32 +339,26 @@ class Worker:
             attempt, seq = state.attempt, state.seq
             request = continued(request, state.token_ids)
             _log.warning("worker %s: resuming %s after %d tokens", self.worker_id, rid, len(state.token_ids))
-        await self._requests.end_stale_copy(rid)
+        requests = m.requests
+        assert requests is not None
+        await requests.end_stale_copy(rid)
         final = final_without_running(request)
         if final is not None:
             await self._reply(reply_to, wire.ReplyBatch(rid, attempt, seq, [final]))
         else:
             with self._outboxes.open(reply_to) as box:
                 send = box.send if wire.reads_bundles(fields) else functools.partial(self._reply, reply_to)
-                final = await self._requests.generate(request, send, attempt, seq)
-            if self._requests.take_orphaned(rid):
+                final = await requests.generate(request, send, attempt, seq)
+            if requests.take_orphaned(rid):
                 await self._park(message, rid, reply_to)
                 return
-            self._note_prefill(final)
+            m.note_prefill(final)
             parent = tracing.extract(message.headers)
             if self.tracer is not None and parent is not None and final.timings is not None:
                 # Under the gateway's request span: one trace across both processes.
                 self.tracer.record_engine_phases(parent, final.timings, time.time_ns())
         await message.ack()
         self.completed += 1
-
-    def _note_prefill(self, final: TokenEvent) -> None:
-        """Keeps a running average of prompt tokens/s: gateways size their spill windows with it."""
-        t = final.timings
-        if t is None or t.prompt_n < 16 or t.prompt_ms <= 0:
-            return
-        tps = t.prompt_n / t.prompt_ms * 1000.0
-        self.prefill_tps = tps if self.prefill_tps == 0 else 0.8 * self.prefill_tps + 0.2 * tps
 
     async def _ask_resume(self, rid: str, reply_to: str) -> wire.ResumeState | None:
         """What the client already has (resume.ask_resume); None when its gateway is gone."""
