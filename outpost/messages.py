@@ -253,6 +253,9 @@ class TokenEvent:
     # `context_length_exceeded` naming this parameter, as serve does before accepting.
     error_param: str | None = None
     error_counts: tuple[int, int] | None = None  # with error_param: (prompt tokens, context size)
+    # Set on an ERROR that is "not now" rather than a failure (a cluster worker's model could not
+    # load within its wait): the API answers 503 with this Retry-After, as serve does before accepting.
+    error_retry_after: float | None = None
     slot: int = -1  # on the last event: the slot whose KV the request ended in (-1: none)
     progress: PromptProgress | None = None  # a prompt chunk read (requests that asked for it)
 

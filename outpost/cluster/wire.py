@@ -243,6 +243,8 @@ def _event_out(e: TokenEvent) -> dict[str, Any]:
         out["error_param"] = e.error_param
     if e.error_counts is not None:
         out["error_counts"] = list(e.error_counts)
+    if e.error_retry_after is not None:
+        out["error_retry_after"] = e.error_retry_after
     if e.logprobs is not None:
         out["logprobs"] = [_logprob_out(lp) for lp in e.logprobs]
     return out
@@ -266,7 +268,13 @@ def _event_in(request_id: str, d: dict[str, Any]) -> TokenEvent:
         logprobs=None if lps is None else [_logprob_in(x) for x in lps],
         error_param=None if d.get("error_param") is None else str(d["error_param"]),
         error_counts=_counts(d.get("error_counts")),
+        error_retry_after=_seconds(d.get("error_retry_after")),
     )
+
+
+def _seconds(value: Any) -> float | None:
+    """A refusal's Retry-After; absent from older workers (their refusal is then a 500)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _counts(value: Any) -> tuple[int, int] | None:

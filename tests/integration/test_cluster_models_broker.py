@@ -4,8 +4,8 @@ One `Worker` serves two models of serve's `ModelPool` (`--models-max 1`), each a
 with its own queue; a gateway link of both models sends requests to each. Each is answered by its
 own model, loaded by that request (the other one unloaded for it), and a request whose model cannot
 load within the pool's wait (its load held on an event the test sets afterwards) ends with one final
-error event giving the pool's reason (the client's 500 with it), not lost and not hanging; once the load is let go, the next
-request for that model is answered.
+error event giving the pool's reason and its Retry-After (the client's 503, as serve's), not lost and
+not hanging; once the load is let go, the next request for that model is answered.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ def test_one_worker_serves_each_model_of_its_pool_from_its_queue(rabbitmq: Any) 
             said, final = await text(link, a)
             # The pool's reason, naming the model ("still loading", or "no room" while b unloads).
             assert final.finish_reason is FinishReason.ERROR and repr(a) in (final.error or "")
+            assert final.error_retry_after is not None and final.error_retry_after > 0
             sources[a].gate.set()
             await until(lambda: pool.models[a].status == "loaded", f"{a} loaded")
             said, final = await text(link, a)

@@ -276,7 +276,27 @@ def test_a_refusal_event_keeps_its_parameter() -> None:
     (back,) = wire.decode_batch(wire.encode_batch(batch)).events
     assert back == ev
     plain = TokenEvent("r5", finish_reason=FinishReason.ERROR, error="engine failed")
-    assert "error_param" not in wire.encode_batch(wire.ReplyBatch("r5", 0, 0, [plain])).decode()
+    encoded = wire.encode_batch(wire.ReplyBatch("r5", 0, 0, [plain])).decode()
+    assert "error_param" not in encoded and "error_retry_after" not in encoded
+
+
+def test_a_not_now_refusal_keeps_its_retry_after_and_answers_503() -> None:
+    """A worker whose model could not load in time says when to retry; the gateway's reply is serve's
+    503 with Retry-After, not a 500. An older worker's refusal (no field) stays an engine error."""
+    from outpost.api.pipeline.generation import Outcome, outcome_error
+
+    ev = TokenEvent(
+        "r6", finish_reason=FinishReason.ERROR, error="model 'a' is still loading", error_retry_after=5
+    )
+    (back,) = wire.decode_batch(wire.encode_batch(wire.ReplyBatch("r6", 0, 0, [ev]))).events
+    assert back == ev
+    out = Outcome("r6", 3)
+    out.add(back)
+    err = outcome_error(out, 60.0)
+    assert err is not None and (err.status, err.headers) == (503, {"Retry-After": "5"})
+    old = Outcome("r7", 3)
+    old.add(TokenEvent("r7", finish_reason=FinishReason.ERROR, error="x"))
+    assert (err2 := outcome_error(old, 60.0)) is not None and err2.status == 500
 
 
 def test_cancel_round_trip_and_a_plain_one_reads_as_before() -> None:

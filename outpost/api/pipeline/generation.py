@@ -58,6 +58,7 @@ class Outcome:
     error: str | None = None
     error_param: str | None = None
     error_counts: tuple[int, int] | None = None
+    error_retry_after: float | None = None
     max_tokens: int | None = None  # what the request asked for: a refusal's words repeat it
     names: Names = field(default_factory=Names)  # the protocol's field names, for its errors
     slot: int = -1  # the slot whose KV the request ended in
@@ -73,6 +74,7 @@ class Outcome:
             self.error = event.error
             self.error_param = event.error_param
             self.error_counts = event.error_counts
+            self.error_retry_after = event.error_retry_after
             self.slot = event.slot
 
 
@@ -126,6 +128,8 @@ def outcome_error(outcome: Outcome, timeout: float) -> ApiError | None:
     the 400 serve gives before accepting it, in the protocol's field names."""
     if outcome.finish is FinishReason.ERROR and outcome.error_param is not None:
         return _refused(outcome)
+    if outcome.finish is FinishReason.ERROR and outcome.error_retry_after is not None:
+        return admission_error(BackendUnavailable(outcome.error or "retry later", outcome.error_retry_after))
     return finish_error(outcome.finish, outcome.error, timeout)
 
 

@@ -26,6 +26,7 @@ from outpost.cluster.broker.publish import publish_to_gateway
 from outpost.cluster.worker.cancels import CancelMemory
 from outpost.cluster.worker.outbox import step_batches
 from outpost.messages import (
+    BackendUnavailable,
     ContextExceeded,
     FinishReason,
     GenerateRequest,
@@ -90,13 +91,16 @@ class BackendRequests:
             stream = await self.backend.submit(request)
         except (QueueFull, RequestRejected, RuntimeError) as exc:
             # Too long for this worker's context (a gateway that had not seen it yet): serve's 400.
+            # Not now (its model could not load within the pool's wait): serve's 503 + Retry-After.
             over = exc if isinstance(exc, ContextExceeded) else None
+            later = exc if isinstance(exc, BackendUnavailable) else None
             final = TokenEvent(
                 rid,
                 finish_reason=FinishReason.ERROR,
                 error=str(exc),
                 error_param=None if over is None else over.param,
                 error_counts=None if over is None else (over.n_prompt, over.n_ctx),
+                error_retry_after=None if later is None else later.retry_after,
             )
             with contextlib.suppress(PublishError):
                 await send(wire.ReplyBatch(rid, attempt, seq, [final]))
