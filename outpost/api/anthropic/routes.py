@@ -50,7 +50,7 @@ JSON_PIECES = 3  # input_json_delta events per tool call: clients must join them
 
 def error_response(err: AnthropicError | ApiError) -> JSONResponse:
     if isinstance(err, ApiError):
-        err = AnthropicError(err.status, err.message, err.headers)
+        err = AnthropicError(err.status, err.worded(), err.headers)
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
@@ -229,7 +229,7 @@ async def _stream(state: ServerState, request: Request, run: ChatRun, mid: str) 
                     for chunk in blocks.text(kind, text):
                         yield chunk
     except ApiError as err:
-        yield event("error", error=AnthropicError(err.status, err.message).body()["error"])
+        yield event("error", error=AnthropicError(err.status, err.worded()).body()["error"])
     except Exception as exc:
         _log.error("messages stream failed", exc_info=exc)
         yield event(

@@ -236,7 +236,7 @@ async def _stream(
                 {**head, "created_at": now(), **shape(piece.reasoning, piece.content, None), "done": False}
             )
     except ApiError as err:
-        yield _line({"error": err.message})
+        yield _line({"error": OllamaError.of(err).message})
     except Exception as exc:
         _log.error("ollama stream failed", exc_info=exc)
         yield _line({"error": "internal server error; see the server log"})

@@ -240,5 +240,5 @@ async def _stream(
 
 
 def _failed(w: EventWriter, draft: ResponseDraft, output: list[dict[str, Any]], err: ApiError) -> bytes:
-    error = {"code": err.code or err.type, "message": err.message}
+    error = {"code": err.code or err.type, "message": err.worded()}
     return w.event("response.failed", response=draft.response("failed", output, error=error))
