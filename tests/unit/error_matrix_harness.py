@@ -102,6 +102,8 @@ class Reply:
     headers: dict[str, str]
     body: bytes
     started: asyncio.Event  # set when the reply's headers went out
+    raised: Exception | None = None  # what the app raised after its reply (Starlette re-raises a 500's)
+    task: Any = None
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -141,13 +143,19 @@ async def call(app: Any, path: str, body: dict[str, Any], hang_up: Callable[[Rep
         "client": ("127.0.0.1", 1234), "server": ("test", 80),
     }  # fmt: skip
     task = asyncio.ensure_future(app(scope, receive, send))
+    reply.task = task
     if hang_up is not None:
         for _ in range(int(timeout * 100)):  # bounded
             if task.done() or hang_up(reply):
                 break
             await asyncio.sleep(0.01)
         gone.set()
-    await asyncio.wait_for(task, timeout)
+    try:
+        await asyncio.wait_for(task, timeout)
+    except Exception as exc:  # re-raised after the 500 went out, as Starlette does for the server's log
+        if not reply.started.is_set():
+            raise
+        reply.raised = exc
     return reply
 
 
@@ -220,3 +228,24 @@ def gateway_backend(
     link = StubLink(worker, live)
     remote = RemoteBackend(link, "m", worker.codec, {"n_ctx_train": n_ctx_train})  # type: ignore[arg-type]
     return remote, link
+
+
+class CrashingBackend(FakeBackend):
+    """A backend whose stream raises (an engine bug, not a failure it reports as an ERROR event)."""
+
+    async def submit(self, request: GenerateRequest) -> Any:
+        stream = await super().submit(request)
+        return _Crashing(stream)
+
+
+class _Crashing:
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.request_id = stream.request_id
+
+    async def __aiter__(self) -> Any:
+        raise RuntimeError("the engine crashed")
+        yield  # an async generator
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from error_matrix_harness import (
     ROUTES,
+    CrashingBackend,
     Reply,
     Route,
     call,
@@ -249,3 +250,21 @@ def test_a_body_over_the_servers_limit_is_a_413_in_the_protocols_envelope(
     message, _, _ = error_reply(route, reply, 413)
     assert "4096" in message
     assert not engine.submitted
+
+
+@pytest.mark.parametrize(("route", "streamed"), CASES)
+def test_an_engine_that_raises_is_a_500_in_the_protocols_envelope(
+    route: Route, streamed: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not a failure the engine reports but one it raises: still the protocol's 500, logged as an error."""
+    engine = fim_ready(CrashingBackend())
+    with caplog.at_level(logging.ERROR):
+        reply = post(app_over(engine), route, request_body(route, "hi", 4, streamed))
+    if streamed:
+        error = stream_error(route, reply)
+        if route.envelope != "responses":
+            envelope(route, error, 500)
+    else:
+        error_reply(route, reply, 500)
+    assert any(r.levelno == logging.ERROR and r.exc_info for r in caplog.records)
+    assert engine.running == 0
