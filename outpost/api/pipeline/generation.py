@@ -5,7 +5,9 @@ before accepting), so a full queue, a rejected request or an unreachable backend
 429/400/503 before any byte of the reply is sent; `events()` then streams `TokenEvent`s. Closing or cancelling
 the stream aborts the request in the backend (EventStream.aclose does that). Non-streaming
 routes run `until_disconnect()` so a client that hangs up frees its slot within one engine step,
-during prefill too.
+during prefill too. The one error mapping of every protocol is here: `admission_error` (a refusal
+before accepting), `outcome_error` (how a generation finished) and `failure` (what reading one
+raised); each protocol only frames the resulting ApiError in its own envelope.
 """
 
 from __future__ import annotations
