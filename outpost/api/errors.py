@@ -57,6 +57,13 @@ class ApiError(Exception):
         self.headers = headers or {}
         self.extra = extra or {}
 
+    def worded(self) -> str:
+        """The message naming `param` (as `param: message`) unless it does already: for an envelope
+        with no `param` of its own (Anthropic's, Ollama's, a Responses stream's failure)."""
+        if self.param is None or self.param.split(".")[-1] in self.message:
+            return self.message
+        return f"{self.param}: {self.message}"
+
     def body(self) -> dict[str, Any]:
         error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
         return {"error": {**error, **self.extra}}

@@ -8,8 +8,10 @@ is the same 400 with the same body, streamed or not, and /v1/models shows the sa
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +102,61 @@ def test_a_request_that_fits_still_runs(both: tuple[Server, Gateway]) -> None:
     r = httpx.post(f"{gateway.url}/v1/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["completion_tokens"] == 4
+
+
+LATE = ("-np", "2", "-c", "2048")  # 1,024 positions per request, under the model's trained 8,192
+LATE_BODIES = {  # a prompt of ~1,500 tokens: the gateway (trained context) admits it, the worker cannot
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "hello " * 1500}], "max_tokens": 8},
+    "/v1/messages": {"messages": [{"role": "user", "content": "hello " * 1500}], "max_tokens": 8},
+    "/v1/responses": {"input": "hello " * 1500, "max_output_tokens": 8},
+}
+
+
+def _late_error(path: str, r: httpx.Response, stream: bool) -> tuple[int, str, str, str]:
+    """(status, the error's type or code, its message, its param or else its message) as each
+    protocol frames it: the field to change is in `param` where the envelope has one."""
+    if not stream:
+        error = r.json()["error"]
+    else:
+        last = [json.loads(ln[6:]) for ln in r.text.splitlines() if ln.startswith("data: {")][-1]
+        error = last["response"]["error"] if path == "/v1/responses" else last["error"]
+    message = error["message"]
+    return r.status_code, error.get("code") or error["type"], message, error.get("param") or message
+
+
+def test_a_request_admitted_before_any_worker_was_live_is_refused_with_serves_400(
+    rabbitmq: Any, tmp_path: Path, tiny_model: Path
+) -> None:
+    """The issue's report, as a new user met it: a gateway started, requests sent, then a worker with
+    `-c 2048 -np 2` joined and took them. Each is the protocol's 400 (a stream: its error event after
+    the 200), naming the protocol's field, never a 500."""
+    model = tmp_path / "late-tiny.gguf"
+    shutil.copyfile(tiny_model, model)
+    gateway = Gateway(rabbitmq, [model])
+    late: Proc | None = None
+    try:
+        gateway.wait_until(lambda h: h.get("status") == "ok" and not live(h), "a gateway with no worker")
+        cases = [(p, s) for p in LATE_BODIES for s in (False, True)]
+        with ThreadPoolExecutor(len(cases)) as pool:
+            sent = [
+                pool.submit(
+                    httpx.post, f"{gateway.url}{p}", json={**LATE_BODIES[p], "stream": s}, timeout=180
+                )
+                for p, s in cases
+            ]
+            gateway.wait_until(
+                lambda h: int(h.get("queues", {}).get(model.stem) or 0) == len(cases), "all queued"
+            )
+            late = worker(rabbitmq, model, *LATE)
+            replies = [f.result(timeout=240) for f in sent]
+    finally:
+        if late is not None:
+            late.stop()
+        gateway.stop()
+    for (path, stream), r in zip(cases, replies, strict=True):
+        status, kind, message, named = _late_error(path, r, stream)
+        assert status == (200 if stream else 400), (path, stream, r.text[-500:])
+        expected = "invalid_request_error" if path == "/v1/messages" else "context_length_exceeded"
+        assert kind == expected, (path, stream, r.text[-500:])
+        assert ("input" if path == "/v1/responses" else "messages") in named, (path, stream, named)
+        assert "1024" in message, message

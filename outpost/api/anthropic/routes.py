@@ -12,7 +12,6 @@ not checked; the key comes as `x-api-key` (auth.py).
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
@@ -38,11 +37,11 @@ from outpost.api.pipeline.chat_run import (
     input_tokens,
     start_chat,
 )
+from outpost.api.pipeline.generation import failure
 from outpost.api.pipeline.sse import sse, sse_response, with_keepalive
 from outpost.api.record import record_of
 from outpost.api.state import ServerState, state_of
 
-_log = logging.getLogger("outpost.api")
 router = APIRouter()
 MESSAGES = Protocol("msg", mapping.Names("messages", "max_tokens"), most_choices=1)
 JSON_PIECES = 3  # input_json_delta events per tool call: clients must join them, so send several
@@ -50,7 +49,7 @@ JSON_PIECES = 3  # input_json_delta events per tool call: clients must join them
 
 def error_response(err: AnthropicError | ApiError) -> JSONResponse:
     if isinstance(err, ApiError):
-        err = AnthropicError(err.status, err.message, err.headers)
+        err = AnthropicError(err.status, err.worded(), err.headers)
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
@@ -228,10 +227,6 @@ async def _stream(state: ServerState, request: Request, run: ChatRun, mid: str) 
                 if text:
                     for chunk in blocks.text(kind, text):
                         yield chunk
-    except ApiError as err:
-        yield event("error", error=AnthropicError(err.status, err.message).body()["error"])
     except Exception as exc:
-        _log.error("messages stream failed", exc_info=exc)
-        yield event(
-            "error", error={"type": "api_error", "message": "internal server error; see the server log"}
-        )
+        err = failure(exc)
+        yield event("error", error=AnthropicError(err.status, err.worded()).body()["error"])

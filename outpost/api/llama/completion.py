@@ -31,6 +31,7 @@ from outpost.api.pipeline import mapping
 from outpost.api.pipeline.generation import (
     Generation,
     Outcome,
+    failure,
     outcome_error,
 )
 from outpost.api.pipeline.sse import merge, sse, sse_response, with_keepalive
@@ -229,20 +230,23 @@ async def run(
 async def _stream(
     gens: list[Generation], spec: NativeSpec, prompts: list[str], timeout: float
 ) -> AsyncIterator[bytes]:
+    """Each prompt's chunks as they come; a failure ends the stream with one error chunk."""
     outs: list[Outcome] = [g.new_outcome() for g in gens]
-    async for index, event in merge([g.events() for g in gens]):
-        out = outs[index]
-        out.add(event)
-        if event.progress is not None:
-            yield sse(native_render.progress(spec, index, out, event.progress))
-        if event.text or event.token_ids:
-            yield sse(
-                native_render.partial(spec, index, out, event.text, event.token_ids, event.logprobs or [])
-            )
-        if not event.finished:
-            continue
-        err = outcome_error(out, timeout)
-        if err is not None:
-            yield sse(err.body())
-            return
-        yield sse(native_render.final(spec, index, out, prompts[index]))
+    try:
+        async for index, event in merge([g.events() for g in gens]):
+            out = outs[index]
+            out.add(event)
+            if event.progress is not None:
+                yield sse(native_render.progress(spec, index, out, event.progress))
+            if event.text or event.token_ids:
+                lps = event.logprobs or []
+                yield sse(native_render.partial(spec, index, out, event.text, event.token_ids, lps))
+            if not event.finished:
+                continue
+            err = outcome_error(out, timeout)
+            if err is not None:
+                yield sse(err.body())
+                return
+            yield sse(native_render.final(spec, index, out, prompts[index]))
+    except Exception as exc:
+        yield sse(failure(exc).body())

@@ -11,7 +11,6 @@ Ollama's `{"error": "..."}`. The model routes (/api/tags, show, ps, embed, ...) 
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
@@ -36,12 +35,12 @@ from outpost.api.ollama.translate import (
 )
 from outpost.api.pipeline import mapping
 from outpost.api.pipeline.chat_run import ChatRun, Ending, Protocol, answer_parts, collect, start_chat
+from outpost.api.pipeline.generation import failure
 from outpost.api.pipeline.sse import sse_response
 from outpost.api.record import record_of
 from outpost.api.state import ServerState, state_of
 from outpost.backend import InferenceBackend
 
-_log = logging.getLogger("outpost.api")
 router = APIRouter()
 router.include_router(models.router)
 CHAT = Protocol("ollama", mapping.Names("messages", "num_predict"), most_choices=1)
@@ -235,8 +234,5 @@ async def _stream(
             yield _line(
                 {**head, "created_at": now(), **shape(piece.reasoning, piece.content, None), "done": False}
             )
-    except ApiError as err:
-        yield _line({"error": err.message})
     except Exception as exc:
-        _log.error("ollama stream failed", exc_info=exc)
-        yield _line({"error": "internal server error; see the server log"})
+        yield _line({"error": OllamaError.of(failure(exc)).message})

@@ -31,7 +31,7 @@ class OllamaError(Exception):
     def of(cls, err: ApiError, model: str | None = None) -> OllamaError:
         if err.code == "model_not_found" and model:
             return cls(404, f"model '{model}' not found", err.headers)
-        return cls(err.status, err.message, err.headers)
+        return cls(err.status, err.worded(), err.headers)
 
 
 def bad(message: str) -> OllamaError:

@@ -13,22 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from outpost.api.errors import ApiError
 from outpost.api.openai import render
 from outpost.api.pipeline.chat_plan import ChatPlan
-from outpost.api.pipeline.generation import Generation, Outcome, outcome_error
+from outpost.api.pipeline.generation import Generation, Outcome, failure, outcome_error
 from outpost.api.pipeline.sse import DONE, merge, sse, with_keepalive
 from outpost.api.record import RequestRecord
 from outpost.backend import PromptCodec
 from outpost.messages import FinishReason
-
-_log = logging.getLogger("outpost.api")
 
 
 @dataclass
@@ -46,11 +42,6 @@ class StreamSpec:
     prompts: list[str]
     chat: ChatPlan | None = None  # chat streams: reads tool calls and reasoning out of the text
     keepalive: float = 15.0  # seconds without an event before a KEEPALIVE comment; 0: never
-
-
-def _internal_error(exc: BaseException) -> ApiError:
-    _log.error("stream failed", exc_info=exc)
-    return ApiError(500, "internal server error; see the server log", type="server_error")
 
 
 def chat_stream(gens: list[Generation], spec: StreamSpec) -> AsyncIterator[bytes]:
@@ -118,7 +109,7 @@ async def _chat_stream(
                     render.usage_chunk("chat.completion.chunk", spec.rid, spec.model, created, use, timings)
                 )
     except Exception as exc:
-        yield sse(_internal_error(exc).body())
+        yield sse(failure(exc).body())
     finally:
         spec.record.add_outcome(out, spec.prompts[0], spec.log_prompts)
     if outs is None:
@@ -146,7 +137,7 @@ async def _completion_stream(gens: list[Generation], spec: StreamSpec) -> AsyncI
             if spec.include_usage:
                 yield sse(_usage_chunk(spec, created, outs))
     except Exception as exc:
-        yield sse(_internal_error(exc).body())
+        yield sse(failure(exc).body())
     finally:
         for prompt, out in zip(spec.prompts, outs, strict=False):
             spec.record.add_outcome(out, prompt, spec.log_prompts)

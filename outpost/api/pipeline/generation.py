@@ -5,13 +5,16 @@ before accepting), so a full queue, a rejected request or an unreachable backend
 429/400/503 before any byte of the reply is sent; `events()` then streams `TokenEvent`s. Closing or cancelling
 the stream aborts the request in the backend (EventStream.aclose does that). Non-streaming
 routes run `until_disconnect()` so a client that hangs up frees its slot within one engine step,
-during prefill too.
+during prefill too. The one error mapping of every protocol is here: `admission_error` (a refusal
+before accepting), `outcome_error` (how a generation finished) and `failure` (what reading one
+raised); each protocol only frames the resulting ApiError in its own envelope.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -35,6 +38,7 @@ from outpost.messages import (
 )
 
 T = TypeVar("T")
+_log = logging.getLogger("outpost.api")
 
 
 CLIENT_CLOSED = 499  # nginx's status for "the client closed the connection first"
@@ -119,6 +123,16 @@ def finish_error(finish: FinishReason | None, message: str | None, timeout: floa
     if finish is FinishReason.ABORT:
         return ApiError(503, message or "the request was aborted: the server is stopping", code="aborted")
     return None
+
+
+def failure(exc: Exception) -> ApiError:
+    """What a reply says when reading a generation raised: an ApiError as it is; anything else (an
+    engine or server bug, not a failure the engine reported) is logged with its traceback and is a
+    500, which each protocol frames in its envelope (a stream: its error event)."""
+    if isinstance(exc, ApiError):
+        return exc
+    _log.error("a generation failed", exc_info=exc)
+    return ApiError(500, "internal server error; see the server log", type="server_error")
 
 
 def outcome_error(outcome: Outcome, timeout: float) -> ApiError | None:
@@ -218,7 +232,8 @@ async def _wait_disconnect(receive: Callable[[], Awaitable[dict[str, Any]]]) -> 
 
 
 async def until_disconnect(receive: Callable[[], Awaitable[Any]], work: Awaitable[T]) -> T:
-    """Await `work`, cancelling it (which aborts its generations) if the client disconnects first."""
+    """Await `work`, cancelling it (which aborts its generations) if the client disconnects first;
+    what it raises is an ApiError (`failure`)."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_wait_disconnect(receive))
     try:
@@ -229,9 +244,14 @@ async def until_disconnect(receive: Callable[[], Awaitable[Any]], work: Awaitabl
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-    if task in done:
+    if task not in done:
+        raise ClientDisconnected()
+    try:
         return task.result()
-    raise ClientDisconnected()
+    except ApiError:
+        raise
+    except Exception as exc:
+        raise failure(exc) from exc
 
 
 async def wait_outcomes(request: Request, gens: list[Generation]) -> list[Outcome]:

@@ -8,7 +8,6 @@ follow-up may name one in `previous_response_id`.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from outpost.api.errors import ApiError, bad_request
 from outpost.api.pipeline import chat_run, mapping
 from outpost.api.pipeline.chat_run import ChatRun, Ending, Protocol, answer_parts, collect, start_chat
+from outpost.api.pipeline.generation import failure
 from outpost.api.pipeline.sse import sse_response, with_keepalive
 from outpost.api.record import record_of
 from outpost.api.responses.render import (
@@ -37,7 +37,6 @@ from outpost.api.responses.store import ResponseStore
 from outpost.api.responses.translate import ResponsesRequest, chat_request, input_messages
 from outpost.api.state import ServerState, state_of
 
-_log = logging.getLogger("outpost.api")
 router = APIRouter()
 RESPONSES = Protocol("resp", mapping.Names("input", "max_output_tokens"), most_choices=1)
 ARG_PIECES = 3  # argument deltas per call: clients must join them, so send several
@@ -232,13 +231,10 @@ async def _stream(
                 if text:
                     for chunk in items.add_text(kind, text):
                         yield chunk
-    except ApiError as err:
-        yield _failed(w, draft, items.items, err)
     except Exception as exc:
-        _log.error("responses stream failed", exc_info=exc)
-        yield _failed(w, draft, items.items, ApiError(500, "internal server error; see the server log"))
+        yield _failed(w, draft, items.items, failure(exc))
 
 
 def _failed(w: EventWriter, draft: ResponseDraft, output: list[dict[str, Any]], err: ApiError) -> bytes:
-    error = {"code": err.code or err.type, "message": err.message}
+    error = {"code": err.code or err.type, "message": err.worded()}
     return w.event("response.failed", response=draft.response("failed", output, error=error))
