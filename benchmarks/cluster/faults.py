@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -60,6 +62,7 @@ from benchmarks.harness.procs import (
 )
 
 RETRIES_503 = 60
+ACCEPT_WAIT_S = 300.0  # bound on waiting for a restarted broker's listener
 SUBNET = "10.214.{}.{}"
 
 
@@ -72,6 +75,7 @@ class Load:
     events: list[tuple[float, str]] = field(default_factory=list)
     in_flight_at_fault: set[int] = field(default_factory=set)
     in_flight: set[int] = field(default_factory=set)
+    issued: int = 0  # attempts so far: each its own index (a retried 503 leaves `records`)
     fault_s: float | None = None  # when the fault hit
     fault_end_s: float | None = None  # when it ended: broker back, node gone, link up, worker gone
 
@@ -90,7 +94,8 @@ async def _attempt(
 ) -> StreamRecord:
     """One request, sent again after each 503 (its Retry-After, at most 2 s): the final attempt."""
     for _ in range(RETRIES_503):
-        record = StreamRecord(len(load.records), k, load.now(), body["max_tokens"])
+        record = StreamRecord(load.issued, k, load.now(), body["max_tokens"])
+        load.issued += 1
         load.in_flight.add(record.index)
         load.records.append(record)
         try:
@@ -99,7 +104,7 @@ async def _attempt(
             load.in_flight.discard(record.index)
         if record.status != 503:
             return record
-        load.records.pop()
+        load.records.remove(record)  # this attempt's own: other users append theirs meanwhile
         load.refused_503 += 1
         await asyncio.sleep(2.0)
     return record
@@ -251,10 +256,30 @@ def _broker_fault(broker: Broker, name: str, down_s: float) -> Callable[[Load], 
             if name == "node-kill":
                 time.sleep(down_s)  # node 1 stays down while the other two serve
         load.mark("broker start")
+        if name == "node-kill":
+            broker.start()
+            load.mark("broker started")
+            return
+        watch = threading.Thread(target=_mark_accepting, args=(broker.amqp_port, load), daemon=True)
+        watch.start()
         broker.start()
-        load.mark("broker started", ends=name != "node-kill")
+        watch.join(ACCEPT_WAIT_S)
+        load.mark("broker started", ends=load.fault_end_s is None)
 
     return fault
+
+
+def _mark_accepting(port: int, load: Load) -> None:
+    """Marks the fault's end when the broker accepts connections again: before its start command
+    returns (that also waits for the node's boot to settle), which is when clients can reconnect."""
+    deadline = time.monotonic() + ACCEPT_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                load.mark("broker accepting connections", ends=True)
+                return
+        except OSError:
+            time.sleep(0.1)
 
 
 def _kill(worker: Process) -> Callable[[Load], None]:
