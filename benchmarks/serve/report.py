@@ -15,11 +15,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import outpost
 from benchmarks.harness.servers import Setup
 from outpost.bench.records import RunResult, RunSummary
+
+if TYPE_CHECKING:
+    from benchmarks.serve.models_report import ModelsReport
 
 OURS, BASE = "outpost", "llama-server"
 # Outpost / llama-server at these stream counts: output tok/s at least, p50 TTFT at most
@@ -205,6 +208,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     level_runs: list[LevelRun] = field(default_factory=list)
     prefix_runs: list[PrefixRun] = field(default_factory=list)
+    models: ModelsReport | None = None  # the several-models scenario (benchmarks/serve/models.py)
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     def setup_text(self) -> str:
@@ -237,6 +241,7 @@ class Report:
             "shared_prefix_ratios": prefix_ratios(prefix),
             "targets": {"met": verdicts.count("met"), "missed": verdicts.count("missed")},
             "failed": self.failed,
+            **({"models": self.models.summary()} if self.models else {}),
         }
 
     def document(self) -> dict[str, Any]:
@@ -256,6 +261,7 @@ class Report:
             "notes": self.notes,
             "throughput": {"rows": rows, "ratios": level_ratios(rows), "runs": runs},
             "shared_prefix": {"rows": prefix, "ratios": prefix_ratios(prefix), "runs": pruns},
+            **({"models": self.models.document()} if self.models else {}),
         }
 
     def write(self, out: Path) -> None:
