@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from benchmarks.serve.models_report import PAIR, cold_rows, multi_rows
+from benchmarks.serve.models_report import PAIR, ModelsReport, cold_rows, multi_rows
 from benchmarks.serve.report import level_rows, prefix_rows
 
 if TYPE_CHECKING:
@@ -149,17 +149,16 @@ def _cold_warm_axes(ax: Axes, rows: list[dict[str, Any]]) -> None:
     ax.legend(fontsize="small")
 
 
-def models_figure(report: Report) -> Figure:
+def models_figure(models: ModelsReport, rounds: int) -> Figure:
     """models.png: the cold/warm bars (left) and the two-models throughput (right)."""
-    assert report.models is not None
     fig = Figure(figsize=(14, 5))
     cold_ax, tok_ax = fig.subplots(1, 2)
-    _cold_warm_axes(cold_ax, cold_rows(report.models.cold))
-    rows = multi_rows(report.models.multi)
+    _cold_warm_axes(cold_ax, cold_rows(models.cold))
+    rows = multi_rows(models.multi)
     for server, srows in _by_server(rows).items():
         _median_and_rounds(tok_ax, srows, "output_tok_s", _color(server), server)
     levels = sorted({r["streams"] for r in rows})
-    title = f"Two models at once (dots: each of {report.args.rounds} rounds)"
+    title = f"Two models at once (dots: each of {rounds} rounds)"
     _levels_axes(tok_ax, levels, "output tokens/s (both models)", title)
     tok_ax.set_xlabel("concurrent streams in all, split over the two models")
     return fig
@@ -175,8 +174,9 @@ def write_plots(report: Report, out: Path) -> list[Path]:
     prefix = prefix_rows(report.prefix_runs)
     if prefix:
         figures["shared_prefix.png"] = shared_prefix_figure(prefix, report.args.prefix_streams)
-    if report.models and (report.models.cold or report.models.multi):
-        figures["models.png"] = models_figure(report)
+    models = report.models
+    if isinstance(models, ModelsReport) and (models.cold or models.multi):
+        figures["models.png"] = models_figure(models, report.args.rounds)
     for name, fig in figures.items():
         fig.savefig(out / name, dpi=DPI, bbox_inches="tight")
     return [out / name for name in figures]

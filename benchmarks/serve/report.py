@@ -15,14 +15,22 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import outpost
 from benchmarks.harness.servers import Setup
 from outpost.bench.records import RunResult, RunSummary
 
-if TYPE_CHECKING:
-    from benchmarks.serve.models_report import ModelsReport
+
+class ScenarioReport(Protocol):
+    """A scenario that reports apart (benchmarks/serve/models_report.py's ModelsReport)."""
+
+    def document(self) -> dict[str, Any]: ...
+
+    def summary(self) -> dict[str, Any]: ...
+
+    def markdown(self, rounds: int) -> str: ...
+
 
 OURS, BASE = "outpost", "llama-server"
 # Outpost / llama-server at these stream counts: output tok/s at least, p50 TTFT at most
@@ -208,7 +216,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     level_runs: list[LevelRun] = field(default_factory=list)
     prefix_runs: list[PrefixRun] = field(default_factory=list)
-    models: ModelsReport | None = None  # the several-models scenario (benchmarks/serve/models.py)
+    models: ScenarioReport | None = None  # the several-models scenario (benchmarks/serve/models.py)
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     def setup_text(self) -> str:
