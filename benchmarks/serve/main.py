@@ -29,9 +29,13 @@ shared-prefix: `outpost bench`'s shared-prefix scenario (one ~500-token system p
     prefix). llama-server runs with its prompt cache as its users set it (`--cache-reuse 256`,
     requests with `cache_prompt: true`). TTFT p50/p90 and prompt tokens evaluated / reused per
     request (the servers' `timings.prompt_n` / `cache_n`), medians over rounds.
+models: (benchmarks/serve/models.py) two GGUFs (`--pair`): cold vs warm TTFT on one `outpost serve
+    --models-dir` over both (load included, and the load alone), then `--models-levels` streams split
+    over the two models against that Outpost and against two llama-servers (one per model), the same
+    -t per model in both setups, rounds rotated.
 
 Writes --out (default bench-results/serve-<timestamp>/): results.json, requests.csv, throughput.png,
-ttft.png, shared_prefix.png, logs/ (every server's output). Markdown tables go to stderr (for
+ttft.png, shared_prefix.png, models.png, logs/ (every server's output). Markdown tables go to stderr (for
 docs/performance.md); the last stdout line is a JSON summary.
 """
 
@@ -96,7 +100,7 @@ def model_pair(args: argparse.Namespace) -> dict[str, Path]:
     if args.pair:
         paths = [Path(p.strip()).expanduser() for p in args.pair.split(",") if p.strip()]
     else:
-        paths = [bench_model(args.shape, "q4_0"), bench_model(args.shape, "q4_1")]
+        paths = [bench_model(args.shape, "q4_0"), bench_model(args.shape, "q8_0")]
     pair = {p.stem: p for p in paths}
     if len(paths) != 2 or len(pair) != 2 or not all(p.is_file() for p in paths):
         raise SystemExit(f"--pair takes two GGUF files of different names, got {args.pair!r}")
@@ -167,7 +171,7 @@ def parse_args() -> argparse.Namespace:
     add("--no-llama-cpp-python", action="store_true", help="leave llama-cpp-python's server out")
     add("--llama-cpp-python-levels", type=int_list, default=[1, 4], help="where it runs (default 1,4)")
     add("--scenarios", default="throughput,shared-prefix", help="throughput, shared-prefix, models")
-    add("--pair", help="models scenario: two GGUFs, A,B (default: the synthetic --shape in q4_0 and q4_1)")
+    add("--pair", help="models scenario: two GGUFs, A,B (default: the synthetic --shape in q4_0 and q8_0)")
     add("--models-levels", type=int_list, default=[2, 4], help="models scenario: total streams (2,4)")
     add("--prefix-streams", type=int, default=8)
     add("--prefix-requests", type=int, default=16, help="measured requests, cold and warm each")
