@@ -233,16 +233,10 @@ def cold_table(rows: list[dict[str, Any]]) -> list[str]:
         ]
         for r in rows
     ]
-    header = [
-        "model",
-        "cold TTFT p50 (load included)",
-        "warm TTFT p50",
-        "cold / warm",
-        "load alone",
-        "load / cold TTFT",
-        "errors",
-    ]
-    return _table(header, "lrrrrrr", out)
+    header = (
+        "model|cold TTFT p50 (load included)|warm TTFT p50|cold / warm|load alone|load / cold TTFT|errors"
+    )
+    return _table(header.split("|"), "lrrrrrr", out)
 
 
 def multi_table(rows: list[dict[str, Any]]) -> list[str]:
