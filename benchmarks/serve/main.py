@@ -112,6 +112,7 @@ def run_models_scenario(setup: Setup, args: argparse.Namespace, report: Report) 
 
     pair = model_pair(args)
     threads = f"-t {setup.threads} per model in both setups ({2 * setup.threads} threads when both decode)"
+    threads += f", -fa {args.models_fa}" if args.models_fa != "auto" else ", each its own -fa default"
     pin = f", every process pinned to CPUs {setup.cpus}" if setup.cpus else ", not pinned"
     models = {name: f"{path}, {path.stat().st_size / 2**20:.0f} MiB" for name, path in pair.items()}
     report.models = ModelsReport(models, threads + pin)
@@ -173,6 +174,12 @@ def parse_args() -> argparse.Namespace:
     add("--scenarios", default="throughput,shared-prefix", help="throughput, shared-prefix, models")
     add("--pair", help="models scenario: two GGUFs, A,B (default: the synthetic --shape in q4_0 and q8_0)")
     add("--models-levels", type=int_list, default=[2, 4], help="models scenario: total streams (2,4)")
+    add(
+        "--models-fa",
+        choices=["on", "off", "auto"],
+        default="on",
+        help="models scenario: -fa for every process alike (auto: each its own default)",
+    )
     add("--prefix-streams", type=int, default=8)
     add("--prefix-requests", type=int, default=16, help="measured requests, cold and warm each")
     add("--prefix-warmup", type=int, default=8, help="requests between cold and warm")

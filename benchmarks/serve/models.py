@@ -24,6 +24,7 @@ import io
 import sys
 import time
 from contextlib import AsyncExitStack, ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ import httpx
 
 from benchmarks.harness.common import log, weight_layout
 from benchmarks.harness.ports import free_port
-from benchmarks.harness.servers import ServerProcess, ServerSpec, Setup, eog_tokens
+from benchmarks.harness.servers import ServerProcess, ServerSpec, Setup, eog_tokens, server_spec
 from benchmarks.serve.models_report import PAIR, POOL, ColdSample, ModelsReport, MultiRun, split_streams
 from benchmarks.serve.scenarios import base_config, check_alive, requests_at, rotate
 from outpost.bench.config import BenchConfig, ServerTarget
@@ -73,31 +74,40 @@ def models_dir(pair: dict[str, Path], out: Path) -> Path:
     return folder
 
 
-def pool_spec(folder: Path, pair: dict[str, Path], setup: Setup, port: int) -> ServerSpec:
+def flash_attn(fa: str) -> list[str]:
+    """`-fa` for every process alike (both take it), or none with "auto": each picks its own (llama-
+    server's auto is on on CPUs; Outpost's is its kernel probe's answer, off on a busy machine)."""
+    return [] if fa == "auto" else ["-fa", fa]
+
+
+def pool_spec(folder: Path, pair: dict[str, Path], setup: Setup, port: int, fa: str) -> ServerSpec:
     """`outpost serve --models-dir` with every model loadable at once (--models-max = their count)."""
     pin = ["taskset", "-c", setup.cpus] if setup.cpus else []
     argv = [sys.executable, "-m", "outpost.cli", "serve", "--models-dir", str(folder)]
     argv += ["--models-max", str(len(pair)), "-t", str(setup.threads), "-np", str(setup.parallel)]
-    argv += ["-c", str(setup.ctx), "--port", str(port)]
+    argv += ["-c", str(setup.ctx), "--port", str(port), *flash_attn(fa)]
     layouts = {name: weight_layout(path, setup.parallel) for name, path in pair.items()}
     layout = ", ".join(f"{n}: {v}" for n, v in layouts.items())
     return ServerSpec("outpost", pin + argv, layout, ["each model sized alone with the server's -t"])
 
 
 def start_setups(
-    stack: ExitStack, pair: dict[str, Path], setup: Setup, out: Path, report: ModelsReport
+    stack: ExitStack, pair: dict[str, Path], setup: Setup, out: Path, fa: str, report: ModelsReport
 ) -> tuple[ServerProcess, dict[str, ServerProcess]]:
     """The Outpost over both models, and one llama-server per model where LLAMA_SERVER is set."""
     port = free_port()
-    spec = pool_spec(models_dir(pair, out), pair, setup, port)
+    spec = pool_spec(models_dir(pair, out), pair, setup, port, fa)
     pool = stack.enter_context(ServerProcess(spec, port, out / "logs" / "outpost-models.log"))
     report.servers[POOL] = [spec.describe()]
     singles: dict[str, ServerProcess] = {}
     if setup.llama_server:
         for name, path in pair.items():
             one = Setup(path, setup.threads, setup.parallel, setup.cpus, setup.llama_server)
+            port = free_port()
+            base = server_spec("llama_server", one, port)
+            spec = replace(base, argv=[*base.argv, *flash_attn(fa)])
             log_path = out / "logs" / f"llama-server-{name}.log"
-            singles[name] = stack.enter_context(ServerProcess.start("llama_server", one, log_path))
+            singles[name] = stack.enter_context(ServerProcess(spec, port, log_path))
         report.servers[PAIR] = [p.spec.describe() for p in singles.values()]
     return pool, singles
 
@@ -242,7 +252,7 @@ def run_models(pair: dict[str, Path], setup: Setup, args: argparse.Namespace, re
     """The scenario, its servers stopped however it ends; fills `report`."""
     configs = model_configs(pair, args)
     with ExitStack() as stack:
-        pool, singles = start_setups(stack, pair, setup, args.out, report)
+        pool, singles = start_setups(stack, pair, setup, args.out, args.models_fa, report)
         if not singles:
             report.notes.append("LLAMA_SERVER is not set: the two-models rounds ran on Outpost alone")
         asyncio.run(drive(pool, singles, configs, args, report))
