@@ -29,9 +29,13 @@ shared-prefix: `outpost bench`'s shared-prefix scenario (one ~500-token system p
     prefix). llama-server runs with its prompt cache as its users set it (`--cache-reuse 256`,
     requests with `cache_prompt: true`). TTFT p50/p90 and prompt tokens evaluated / reused per
     request (the servers' `timings.prompt_n` / `cache_n`), medians over rounds.
+models: (benchmarks/serve/models.py) two GGUFs (`--pair`): cold vs warm TTFT on one `outpost serve
+    --models-dir` over both (load included, and the load alone), then `--models-levels` streams split
+    over the two models against that Outpost and against two llama-servers (one per model), the same
+    -t per model in both setups, rounds rotated.
 
 Writes --out (default bench-results/serve-<timestamp>/): results.json, requests.csv, throughput.png,
-ttft.png, shared_prefix.png, logs/ (every server's output). Markdown tables go to stderr (for
+ttft.png, shared_prefix.png, models.png, logs/ (every server's output). Markdown tables go to stderr (for
 docs/performance.md); the last stdout line is a JSON summary.
 """
 
@@ -48,6 +52,7 @@ from typing import Any
 
 from benchmarks.harness.common import bench_model, log, probe_kernels
 from benchmarks.harness.servers import KINDS, LABELS, ServerProcess, Setup, eog_tokens
+from benchmarks.serve.models_report import ModelsReport
 from benchmarks.serve.report import Report
 from benchmarks.serve.scenarios import run_shared_prefix, throughput_rounds
 from benchmarks.serve.tables import markdown_tables
@@ -88,6 +93,30 @@ def run_throughput(
         runs, note = asyncio.run(throughput_rounds(procs, args, extra))
     report.level_runs.extend(runs)
     report.notes.append(f"throughput prompts: {note}")
+
+
+def model_pair(args: argparse.Namespace) -> dict[str, Path]:
+    """The models scenario's two GGUFs by name (the file stems, as --models-dir names them)."""
+    if args.pair:
+        paths = [Path(p.strip()).expanduser() for p in args.pair.split(",") if p.strip()]
+    else:
+        paths = [bench_model(args.shape, "q4_0"), bench_model(args.shape, "q8_0")]
+    pair = {p.stem: p for p in paths}
+    if len(paths) != 2 or len(pair) != 2 or not all(p.is_file() for p in paths):
+        raise SystemExit(f"--pair takes two GGUF files of different names, got {args.pair!r}")
+    return pair
+
+
+def run_models_scenario(setup: Setup, args: argparse.Namespace, report: Report) -> None:
+    from benchmarks.serve.models import run_models
+
+    pair = model_pair(args)
+    threads = f"-t {setup.threads} per model in both setups ({2 * setup.threads} threads when both decode)"
+    threads += f", -fa {args.models_fa}" if args.models_fa != "auto" else ", each its own -fa default"
+    pin = f", every process pinned to CPUs {setup.cpus}" if setup.cpus else ", not pinned"
+    models = {name: f"{path}, {path.stat().st_size / 2**20:.0f} MiB" for name, path in pair.items()}
+    report.models = ModelsReport(models, threads + pin)
+    run_models(pair, setup, args, report.models)
 
 
 def have_llama_cpp_server() -> bool:
@@ -142,7 +171,15 @@ def parse_args() -> argparse.Namespace:
     add("--servers", default=",".join(KINDS))
     add("--no-llama-cpp-python", action="store_true", help="leave llama-cpp-python's server out")
     add("--llama-cpp-python-levels", type=int_list, default=[1, 4], help="where it runs (default 1,4)")
-    add("--scenarios", default="throughput,shared-prefix")
+    add("--scenarios", default="throughput,shared-prefix", help="throughput, shared-prefix, models")
+    add("--pair", help="models scenario: two GGUFs, A,B (default: the synthetic --shape in q4_0 and q8_0)")
+    add("--models-levels", type=int_list, default=[2, 4], help="models scenario: total streams (2,4)")
+    add(
+        "--models-fa",
+        choices=["on", "off", "auto"],
+        default="on",
+        help="models scenario: -fa for every process alike (auto: each its own default)",
+    )
     add("--prefix-streams", type=int, default=8)
     add("--prefix-requests", type=int, default=16, help="measured requests, cold and warm each")
     add("--prefix-warmup", type=int, default=8, help="requests between cold and warm")
@@ -163,8 +200,8 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     scenarios = {s.strip() for s in args.scenarios.split(",")}
-    if not scenarios <= {"throughput", "shared-prefix"}:
-        raise SystemExit(f"--scenarios takes throughput and/or shared-prefix, got {args.scenarios!r}")
+    if not scenarios <= {"throughput", "shared-prefix", "models"}:
+        raise SystemExit(f"--scenarios takes throughput, shared-prefix and/or models, got {args.scenarios!r}")
     model = args.model or bench_model(args.shape, args.quant)
     setup = Setup(model, args.threads, args.parallel, args.cpus, args.llama_server, args.ngl)
     kinds = pick_kinds(args)
@@ -185,6 +222,8 @@ def main() -> None:
                 )
             prefix_kinds = [k for k in kinds if k != "llama_cpp_python" and LABELS[k] not in report.failed]
             run_shared_prefix(prefix_kinds, setup, args, extra, report)
+        if "models" in scenarios:
+            run_models_scenario(setup, args, report)
     finally:  # interrupted or failed: what was measured so far is still written
         report.write(args.out)
         from benchmarks.serve.plots import write_plots  # matplotlib is slow to import: only at the end

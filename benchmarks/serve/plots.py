@@ -4,7 +4,9 @@
   (line) and every round's value (dots), so the spread shows;
 - ttft.png: p50 time to first token against streams, the same way (p90 medians dashed);
 - shared_prefix.png: TTFT p50 (bars) and p90 (ticks), cold and warm, per server; and the prompt
-  tokens evaluated vs reused per request.
+  tokens evaluated vs reused per request;
+- models.png: cold vs warm TTFT per model on one Outpost (the load alone hatched), and output tok/s
+  with two models at once, one Outpost against two llama-servers (median line, each round's dots).
 
 Run through serve.py:  python -m benchmarks.serve ...
 """
@@ -17,13 +19,19 @@ from typing import TYPE_CHECKING, Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from benchmarks.serve.models_report import PAIR, ModelsReport, cold_rows, multi_rows
 from benchmarks.serve.report import level_rows, prefix_rows
 
 if TYPE_CHECKING:
     from benchmarks.serve.report import Report
 
 DPI = 110
-COLORS = {"outpost": "C0", "llama-server": "C1", "llama-cpp-python": "C2"}  # the same in every plot
+COLORS = {
+    "outpost": "C0",
+    "llama-server": "C1",
+    "llama-cpp-python": "C2",
+    PAIR: "C1",
+}  # the same in every plot
 
 
 def _color(server: str) -> str:
@@ -120,6 +128,42 @@ def shared_prefix_figure(rows: list[dict[str, Any]], streams: int) -> Figure:
     return fig
 
 
+def _cold_warm_axes(ax: Axes, rows: list[dict[str, Any]]) -> None:
+    xs = list(range(len(rows)))
+    cold, warm = [_nan(r["cold_ttft_s"]) for r in rows], [_nan(r["warm_ttft_s"]) for r in rows]
+    ax.bar([x - 0.2 for x in xs], cold, width=0.4, color="C0", label="cold: first request after an unload")
+    ax.bar(
+        [x - 0.2 for x in xs],
+        [_nan(r["load_s"]) for r in rows],
+        width=0.4,
+        color="none",
+        edgecolor="black",
+        hatch="//",
+        label="of which: the load alone (timed apart)",
+    )
+    ax.bar([x + 0.2 for x in xs], warm, width=0.4, color="C0", alpha=0.45, label="warm: the next request")
+    ax.set_xticks(xs, [r["model"] for r in rows], fontsize="small")
+    ax.set_ylabel("time to first token (s), median of rounds")
+    ax.set_title("One Outpost, --models-dir: cold vs warm TTFT")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+def models_figure(models: ModelsReport, rounds: int) -> Figure:
+    """models.png: the cold/warm bars (left) and the two-models throughput (right)."""
+    fig = Figure(figsize=(14, 5))
+    cold_ax, tok_ax = fig.subplots(1, 2)
+    _cold_warm_axes(cold_ax, cold_rows(models.cold))
+    rows = multi_rows(models.multi)
+    for server, srows in _by_server(rows).items():
+        _median_and_rounds(tok_ax, srows, "output_tok_s", _color(server), server)
+    levels = sorted({r["streams"] for r in rows})
+    title = f"Two models at once (dots: each of {rounds} rounds)"
+    _levels_axes(tok_ax, levels, "output tokens/s (both models)", title)
+    tok_ax.set_xlabel("concurrent streams in all, split over the two models")
+    return fig
+
+
 def write_plots(report: Report, out: Path) -> list[Path]:
     """The PNGs that have data; returns their paths."""
     figures: dict[str, Figure] = {}
@@ -130,6 +174,9 @@ def write_plots(report: Report, out: Path) -> list[Path]:
     prefix = prefix_rows(report.prefix_runs)
     if prefix:
         figures["shared_prefix.png"] = shared_prefix_figure(prefix, report.args.prefix_streams)
+    models = report.models
+    if isinstance(models, ModelsReport) and (models.cold or models.multi):
+        figures["models.png"] = models_figure(models, report.args.rounds)
     for name, fig in figures.items():
         fig.savefig(out / name, dpi=DPI, bbox_inches="tight")
     return [out / name for name in figures]

@@ -15,11 +15,22 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import outpost
 from benchmarks.harness.servers import Setup
 from outpost.bench.records import RunResult, RunSummary
+
+
+class ScenarioReport(Protocol):
+    """A scenario that reports apart (benchmarks/serve/models_report.py's ModelsReport)."""
+
+    def document(self) -> dict[str, Any]: ...
+
+    def summary(self) -> dict[str, Any]: ...
+
+    def markdown(self, rounds: int) -> str: ...
+
 
 OURS, BASE = "outpost", "llama-server"
 # Outpost / llama-server at these stream counts: output tok/s at least, p50 TTFT at most
@@ -205,6 +216,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     level_runs: list[LevelRun] = field(default_factory=list)
     prefix_runs: list[PrefixRun] = field(default_factory=list)
+    models: ScenarioReport | None = None  # the several-models scenario (benchmarks/serve/models.py)
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     def setup_text(self) -> str:
@@ -237,6 +249,7 @@ class Report:
             "shared_prefix_ratios": prefix_ratios(prefix),
             "targets": {"met": verdicts.count("met"), "missed": verdicts.count("missed")},
             "failed": self.failed,
+            **({"models": self.models.summary()} if self.models else {}),
         }
 
     def document(self) -> dict[str, Any]:
@@ -256,6 +269,7 @@ class Report:
             "notes": self.notes,
             "throughput": {"rows": rows, "ratios": level_ratios(rows), "runs": runs},
             "shared_prefix": {"rows": prefix, "ratios": prefix_ratios(prefix), "runs": pruns},
+            **({"models": self.models.document()} if self.models else {}),
         }
 
     def write(self, out: Path) -> None:

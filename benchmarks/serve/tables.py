@@ -127,7 +127,8 @@ def _commands(title: str, servers: dict[str, dict[str, Any]]) -> list[str]:
 
 def markdown_tables(report: Report) -> str:
     a = report.args
-    parts = [f"Setup: {report.setup_text()}."]
+    only_models = report.models is not None and not report.level_runs and not report.prefix_runs
+    parts = [] if only_models else [f"Setup: {report.setup_text()}."]
     rows = level_rows(report.level_runs)
     if rows:
         parts += [f"\nThroughput, medians of {a.rounds} round(s):\n", *throughput_table(rows)]
@@ -149,6 +150,8 @@ def markdown_tables(report: Report) -> str:
             "",
             *_commands("Shared-prefix servers (each freshly started per round):", report.prefix_servers),
         ]
+    if report.models:
+        parts.append(report.models.markdown(a.rounds))
     parts += [f"\n{label} did not start: {why}" for label, why in report.failed.items()]
     parts += [f"\n{note}" for note in report.notes]
     return "\n".join(parts)
