@@ -60,13 +60,14 @@ echo "real-tier-arm64: QEMU_CPU=$qemu_cpu pytest $*" >&2
 # Outpost chooses the CPU build (as at a server's start) before pytest runs: tests/real's reference
 # imports llama_cpp itself, and every `outpost` it starts inherits the choice (LLAMA_CPP_LIB_PATH).
 # Root in the container: the models' cache takes a lock file; the checkout stays read-only (no .pyc,
-# no pytest cache). pytest's per-test timeout is raised: emulation runs a test for minutes.
+# no pytest cache). pytest's per-test timeout and the tier's waits (OUTPOST_TEST_TIMEOUT_SCALE, 6) are
+# raised: emulation runs a test for minutes, and a server's start took over 10 on a loaded 2-core host.
 run='import sys, pytest
 from outpost.engine import cpu_builds
 print("real-tier-arm64:", cpu_builds.apply().describe(), file=sys.stderr)
 sys.exit(pytest.main(sys.argv[1:]))'
 # shellcheck disable=SC2086
 exec podman run --rm --network=host --user 0 ${PODMAN_RUN_ARGS:-} \
-  -e "QEMU_CPU=$qemu_cpu" -e PYTHONPATH=/src -e PYTHONDONTWRITEBYTECODE=1 \
+  -e "QEMU_CPU=$qemu_cpu" -e "OUTPOST_TEST_TIMEOUT_SCALE=${OUTPOST_TEST_TIMEOUT_SCALE:-6}" -e PYTHONPATH=/src -e PYTHONDONTWRITEBYTECODE=1 \
   -e OUTPOST_TEST_MODELS=/test-models -v "$models:/test-models" -v "$ROOT:/src:ro" -w /src \
   --entrypoint /opt/outpost/bin/python3 "$tier" -c "$run" -p no:cacheprovider -o timeout=5400 "$@"

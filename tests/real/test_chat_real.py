@@ -20,6 +20,7 @@ import pytest
 from e2e.agent_checks import most_tokens
 from e2e.server_harness import Server
 from llama_reference import Reference, render_reference
+from real_server import TIMEOUT_SCALE
 
 from outpost.api import webui
 from outpost.engine.codec import load_codec
@@ -72,7 +73,10 @@ CONVERSATIONS: dict[str, list[dict[str, Any]]] = {
 
 @pytest.fixture(scope="module")
 def client(smollm2_server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{smollm2_server.url}/v1", api_key="unused", max_retries=0, timeout=300)
+    timeout = 300 * TIMEOUT_SCALE
+    return openai.OpenAI(
+        base_url=f"{smollm2_server.url}/v1", api_key="unused", max_retries=0, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
