@@ -94,26 +94,18 @@ def responses_tools_then_output(url: str, model: str) -> None:
     client = openai_client(url)
     # One call (parallel calls off) in CALL_TOKENS: it completes on any weights; up to 8 parallel calls
     # of a sampled answer could outrun any small limit.
-    first = client.responses.create(
-        model=model,
-        input=ASK,
-        tools=RESPONSES_TOOLS,
-        tool_choice="required",
-        parallel_tool_calls=False,
-        max_output_tokens=CALL_TOKENS,
-    )
+    forced: Any = {
+        "input": ASK,
+        "tools": RESPONSES_TOOLS,
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "max_output_tokens": CALL_TOKENS,
+    }
+    first = client.responses.create(model=model, **forced)
     calls = [item for item in first.output if item.type == "function_call"]
     assert calls and first.status == "completed", first
     jsonschema.validate(json.loads(calls[0].arguments), WEATHER)
-    with client.responses.stream(
-        model=model,
-        input=ASK,
-        tools=RESPONSES_TOOLS,
-        tool_choice="required",
-        parallel_tool_calls=False,
-        max_output_tokens=CALL_TOKENS,
-        temperature=0,
-    ) as stream:
+    with client.responses.stream(model=model, **forced, temperature=0) as stream:
         events = [e.type for e in stream]
         streamed = stream.get_final_response()
     assert (
