@@ -16,6 +16,7 @@ import anthropic
 import jsonschema
 import openai
 import pydantic
+from e2e.server_harness import TIMEOUT_SCALE
 
 WEATHER = {
     "type": "object",
@@ -56,11 +57,11 @@ def _prompt(usage: Any) -> int:
 
 
 def openai_client(url: str, key: str = "unused") -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120 * TIMEOUT_SCALE)
 
 
 def anthropic_client(url: str, key: str = "unused") -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=120)
+    return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=120 * TIMEOUT_SCALE)
 
 
 # ---- the Responses API ----

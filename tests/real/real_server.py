@@ -4,16 +4,12 @@ shared with other work that took over 90 s here)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from e2e.server_harness import Server
+from e2e.server_harness import TIMEOUT_SCALE, Server
 
-# A hang guard, not a speed bet: OUTPOST_TEST_TIMEOUT_SCALE multiplies the real tier's waits where the
-# machine is known to be slower by far (deploy/real-tier-arm64.sh: llama.cpp emulated by qemu-user).
-TIMEOUT_SCALE = float(os.environ.get("OUTPOST_TEST_TIMEOUT_SCALE", "1"))
 START_TIMEOUT = 600.0 * TIMEOUT_SCALE
 
 

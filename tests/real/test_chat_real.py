@@ -18,9 +18,8 @@ import numpy as np
 import openai
 import pytest
 from e2e.agent_checks import most_tokens
-from e2e.server_harness import Server
+from e2e.server_harness import TIMEOUT_SCALE, Server
 from llama_reference import Reference, render_reference
-from real_server import TIMEOUT_SCALE
 
 from outpost.api import webui
 from outpost.engine.codec import load_codec
