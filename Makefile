@@ -3,6 +3,7 @@
 # prompt in the terminal). All create .venv themselves. `make image` builds the container image
 # (deploy/Dockerfile; `make image ARCH=arm64` the arm64 one, on any host) and `make test-deploy` builds
 # the host's and the arm64 image and tests them (podman, qemu-user; installs what it needs).
+# `make test-real-arm64` runs the real tier on the arm64 image's kernels under qemu (slow; not in `make test`).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -10,7 +11,7 @@ STAMP  := $(VENV)/.installed-stamp
 PROMPT ?= Hello! What can you do?
 SERVE_ARGS ?=
 
-.PHONY: install system-deps serve run test lint typecheck unit integration e2e clean browser deploy-deps image test-deploy
+.PHONY: install system-deps serve run test lint typecheck unit integration e2e clean browser deploy-deps image test-deploy test-real-arm64
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,6 +77,14 @@ test-deploy: install deploy-deps
 	OUTPOST_TEST_IMAGE=$$(deploy/image.sh | tail -n 1) && export OUTPOST_TEST_IMAGE && \
 	OUTPOST_TEST_IMAGE_ARM64=$$(ARCH=arm64 deploy/image.sh | tail -n 1) && export OUTPOST_TEST_IMAGE_ARM64 && \
 		$(BIN)/pytest -m deploy tests/deploy -p no:cacheprovider
+
+# tests/real on the arm64 build's llama.cpp kernels under qemu-user (deploy/real-tier-arm64.sh): QEMU_CPU
+# (neoverse-n1, or max,sve-default-vector-length=32 for the SVE+i8mm build), REAL_TESTS (tests/real).
+# Emulated: a test takes minutes. Not part of `make test`.
+QEMU_CPU ?= neoverse-n1
+REAL_TESTS ?= tests/real
+test-real-arm64: deploy-deps
+	QEMU_CPU='$(QEMU_CPU)' deploy/real-tier-arm64.sh $(REAL_TESTS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -16,6 +16,7 @@ import anthropic
 import jsonschema
 import openai
 import pydantic
+from e2e.server_harness import TIMEOUT_SCALE
 
 WEATHER = {
     "type": "object",
@@ -35,17 +36,32 @@ ASK = "What is the weather in Oslo this week?"
 GREEDY: Any = {"temperature": 0}  # anthropic 2.x has no sampling arguments; the API still takes them
 
 
+def most_tokens(longest: object) -> int:
+    """More tokens than an answer constrained to a JSON schema can take, its end of turn included, on
+    any weights and any CPU: `longest` is the schema's longest value written compactly (each string at
+    its maxLength, each integer at its widest). The schema's grammar (outpost/grammar) admits at most
+    one optional space after each byte of that compact form, a string's character is at most 6 bytes
+    (a \\uXXXX escape), and every token the grammar lets through is at least one byte: so at most 2
+    bytes per compact byte, a token each, then the end of turn."""
+    compact = json.dumps(longest, separators=(",", ":"))  # "\0" is written "\\u0000": 6 bytes
+    return 2 * len(compact.encode()) + 1
+
+
+# One forced get_weather call (parallel calls off), at its longest: the limit that lets it end.
+CALL_TOKENS = most_tokens({"name": "get_weather", "arguments": {"city": "\0" * 12, "days": 7}})
+
+
 def _prompt(usage: Any) -> int:
     """Anthropic's prompt size: the tokens read afresh and those read from the cache."""
     return int(usage.input_tokens + (usage.cache_read_input_tokens or 0))
 
 
 def openai_client(url: str, key: str = "unused") -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120 * TIMEOUT_SCALE)
 
 
 def anthropic_client(url: str, key: str = "unused") -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=120)
+    return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=120 * TIMEOUT_SCALE)
 
 
 # ---- the Responses API ----
@@ -77,20 +93,20 @@ def responses_create_and_stream(url: str, model: str) -> None:
 
 def responses_tools_then_output(url: str, model: str) -> None:
     client = openai_client(url)
-    first = client.responses.create(
-        model=model, input=ASK, tools=RESPONSES_TOOLS, tool_choice="required", max_output_tokens=120
-    )
+    # One call (parallel calls off) in CALL_TOKENS: it completes on any weights; up to 8 parallel calls
+    # of a sampled answer could outrun any small limit.
+    forced: Any = {
+        "input": ASK,
+        "tools": RESPONSES_TOOLS,
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "max_output_tokens": CALL_TOKENS,
+    }
+    first = client.responses.create(model=model, **forced)
     calls = [item for item in first.output if item.type == "function_call"]
     assert calls and first.status == "completed", first
     jsonschema.validate(json.loads(calls[0].arguments), WEATHER)
-    with client.responses.stream(
-        model=model,
-        input=ASK,
-        tools=RESPONSES_TOOLS,
-        tool_choice="required",
-        max_output_tokens=120,
-        temperature=0,
-    ) as stream:
+    with client.responses.stream(model=model, **forced, temperature=0) as stream:
         events = [e.type for e in stream]
         streamed = stream.get_final_response()
     assert (
@@ -107,8 +123,7 @@ def responses_tools_then_output(url: str, model: str) -> None:
     # the follow-up's prompt holds the first turn, the call and its output
     assert follow.usage is not None and first.usage is not None
     assert follow.usage.input_tokens > first.usage.input_tokens
-    # All of the first answer's items: a sampled answer may hold several calls (the real SmolLM2 writes
-    # up to five at the default temperature), and the stored turn has them all.
+    # All of the first answer's items (the call and any text around it): the stored turn has them all.
     items = [item.model_dump(exclude_none=True) for item in first.output]
     history: list[Any] = [{"role": "user", "content": ASK}, *items, result]
     resent = client.responses.create(model=model, input=history, tools=RESPONSES_TOOLS, max_output_tokens=8)
@@ -118,7 +133,9 @@ def responses_tools_then_output(url: str, model: str) -> None:
 def responses_json_schema(url: str, model: str) -> None:
     client = openai_client(url)
     text: Any = {"format": {"type": "json_schema", "name": "weather", "schema": WEATHER, "strict": True}}
-    r = client.responses.create(model=model, input=ASK, text=text, max_output_tokens=120, temperature=1.0)
+    # sampled (temperature 1): the bound, not the weights, lets it complete
+    bound = most_tokens({"city": "\0" * 12, "days": 7})
+    r = client.responses.create(model=model, input=ASK, text=text, max_output_tokens=bound, temperature=1.0)
     assert r.status == "completed", r
     jsonschema.validate(json.loads(r.output_text), WEATHER)
 
@@ -177,14 +194,15 @@ def anthropic_stop_reasons(url: str, model: str) -> None:
 def anthropic_tools(url: str, model: str) -> None:
     client = anthropic_client(url)
     messages: list[Any] = [{"role": "user", "content": ASK}]
+    one: Any = {"type": "any", "disable_parallel_tool_use": True}  # one call, in CALL_TOKENS on any weights
     first = client.messages.create(
-        model=model, max_tokens=120, messages=messages, tools=ANTHROPIC_TOOLS, tool_choice={"type": "any"}
+        model=model, max_tokens=CALL_TOKENS, messages=messages, tools=ANTHROPIC_TOOLS, tool_choice=one
     )
     uses = [b for b in first.content if b.type == "tool_use"]
     assert first.stop_reason == "tool_use" and uses, first
     jsonschema.validate(uses[0].input, WEATHER)
     with client.messages.stream(
-        model=model, max_tokens=120, messages=messages, tools=ANTHROPIC_TOOLS, tool_choice={"type": "any"}
+        model=model, max_tokens=CALL_TOKENS, messages=messages, tools=ANTHROPIC_TOOLS, tool_choice=one
     ) as stream:
         kinds = {e.delta.type for e in stream if e.type == "content_block_delta"}
         streamed = stream.get_final_message()
@@ -246,7 +264,7 @@ def agents_run(url: str, model: str) -> None:
     set_default_openai_client(client())
     seen: list[str] = []
 
-    @function_tool  # bounded arguments: the grammar ends the call on any weights
+    @function_tool  # bounded arguments: the grammar ends the call on any weights (CALL_TOKENS)
     def get_weather(
         city: Annotated[str, pydantic.Field(max_length=12)], days: Annotated[int, pydantic.Field(ge=1, le=7)]
     ) -> str:
@@ -254,7 +272,9 @@ def agents_run(url: str, model: str) -> None:
         seen.append(city)
         return f"sunny in {city} for {days} days"
 
-    settings = ModelSettings(max_tokens=200, tool_choice="required", temperature=0)
+    settings = ModelSettings(
+        max_tokens=CALL_TOKENS, tool_choice="required", parallel_tool_calls=False, temperature=0
+    )
     agent = Agent(
         name="forecaster",
         instructions="Answer with the weather.",
@@ -272,7 +292,7 @@ def agents_run(url: str, model: str) -> None:
         instructions="Be brief.",
         model=model,
         output_type=Short,
-        model_settings=ModelSettings(max_tokens=200),
+        model_settings=ModelSettings(max_tokens=most_tokens({"answer": "\0" * 12})),
     )
     answer = Runner.run_sync(plain, "Hello")
     assert isinstance(answer.final_output, Short) and answer.raw_responses[0].usage.output_tokens > 0

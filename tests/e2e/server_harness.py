@@ -19,6 +19,10 @@ from outpost.serving.engine_core import STEP_DELAY_ENV
 
 OUTPOST = [sys.executable, "-m", "outpost.cli"]
 START_TIMEOUT = 90.0
+# Hang guards, not speed bets: OUTPOST_TEST_TIMEOUT_SCALE multiplies the waits of the tiers that run a
+# real model (tests/real and the agent checks) where the machine is known to be slower by far
+# (deploy/real-tier-arm64.sh: llama.cpp emulated by qemu-user).
+TIMEOUT_SCALE = float(os.environ.get("OUTPOST_TEST_TIMEOUT_SCALE", "1"))
 
 
 def paced(ms: float) -> dict[str, str]:

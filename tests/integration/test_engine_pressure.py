@@ -23,13 +23,29 @@ from outpost.serving.assembly import Engine
 
 # Enums and booleans only: a random-weight model cannot wander off into an endless string, so the
 # document ends (the grammar then allows only end-of-generation) within the token budget.
+FIELDS = 6
 SCHEMA = {
     "type": "object",
-    "properties": {f"field_{i}": {"enum": ["red", "green", "blue"]} for i in range(8)}
-    | {f"flag_{i}": {"type": "boolean"} for i in range(8)},
-    "required": [f"field_{i}" for i in range(8)] + [f"flag_{i}" for i in range(8)],
+    "properties": {f"c{i}": {"enum": ["red", "green", "blue"]} for i in range(FIELDS)}
+    | {f"b{i}": {"type": "boolean"} for i in range(FIELDS)},
+    "required": [f"c{i}" for i in range(FIELDS)] + [f"b{i}" for i in range(FIELDS)],
     "additionalProperties": False,
 }
+# The most tokens the schema's document can take, its end included, whatever the model picks: the
+# longest values written compactly, plus at most 4 optional spaces per field and 2 around the braces
+# (the grammar's `space ::= " "?`), a byte a token at worst, then the end. The tiny model's greedy
+# choices between a space and none are near-ties that other kernels' rounding can flip: 16 fields under
+# long keys took 186 of 200 tokens on one Zen 3, and more spaces elsewhere would have run to the limit.
+DOC_TOKENS = (
+    len(
+        json.dumps(
+            {k: "green" if k[0] == "c" else False for k in SCHEMA["properties"]}, separators=(",", ":")
+        )
+    )
+    + 4 * 2 * FIELDS
+    + 2
+    + 1
+)
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 
 
@@ -97,14 +113,14 @@ def _generated_before_preemption(engine: Engine, req: GenerateRequest, last: Tok
 
 def test_a_json_schema_answer_stays_valid_across_a_preemption(tight: Engine) -> None:
     sampling = SamplingParams(temperature=0.0, grammar=json_schema_to_grammar(SCHEMA))
-    req = GenerateRequest(_prompt(tight, "Describe the weather as JSON."), 200, sampling)
+    req = GenerateRequest(_prompt(tight, "Describe the weather as JSON."), DOC_TOKENS, sampling)
     _, text, last = _under_pressure(tight, req)
     assert _generated_before_preemption(tight, req, last) > 0, "preempted mid-document"
     assert last.finish_reason is FinishReason.STOP, (last.finish_reason, text)
     document = json.loads(text)
     assert set(document) == set(SCHEMA["required"])  # type: ignore[arg-type]
-    assert all(document[f"field_{i}"] in ("red", "green", "blue") for i in range(8))
-    assert all(isinstance(document[f"flag_{i}"], bool) for i in range(8))
+    assert all(document[f"c{i}"] in ("red", "green", "blue") for i in range(FIELDS))
+    assert all(isinstance(document[f"b{i}"], bool) for i in range(FIELDS))
 
 
 def test_a_seeded_answer_is_the_same_with_and_without_a_preemption(tight: Engine) -> None:

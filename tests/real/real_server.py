@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from e2e.server_harness import Server
+from e2e.server_harness import TIMEOUT_SCALE, Server
 
-START_TIMEOUT = 600.0
+START_TIMEOUT = 600.0 * TIMEOUT_SCALE
 
 
 @contextmanager
