@@ -159,6 +159,13 @@ class BrokerSession:
             await _close(conn)
 
 
+def cancelled_here() -> bool:
+    """Whether the running task itself is being cancelled. A `CancelledError` while it is not is the
+    connection's: aiormq cancels every call waiting on a connection it finds stuck (a cut link)."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
 @contextlib.contextmanager
 def survive_connection_loss() -> Iterator[None]:
     """For a background loop's broker call: a `CancelledError` that is not this task's own
@@ -168,8 +175,7 @@ def survive_connection_loss() -> Iterator[None]:
     try:
         yield
     except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is None or task.cancelling():
+        if cancelled_here():
             raise
 
 

@@ -34,7 +34,7 @@ from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 from outpost import tracing
 from outpost.cluster import wire, wire_embed
 from outpost.cluster.broker import connection, topology
-from outpost.cluster.broker.session import OUTAGE_BOUND_S, BrokerSession
+from outpost.cluster.broker.session import OUTAGE_BOUND_S, BrokerSession, cancelled_here
 from outpost.cluster.embed import EmbedCalls
 from outpost.cluster.gateway import admission
 from outpost.cluster.gateway.depths import QueueDepths
@@ -221,7 +221,9 @@ class GatewayLink:
                 f"the message broker could not take the request for {model} now; retry later",
                 retry_after=2.0,
             ) from exc
-        except (TimeoutError, AMQPError, OSError, RuntimeError) as exc:
+        except (TimeoutError, AMQPError, OSError, RuntimeError, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and cancelled_here():
+                raise  # the client went away (its cancel follows): not the link's doing
             self.pending.pop(rid, None)
             # No confirm (a timeout, or the connection went): the broker may still have taken it.
             # The client gets its 503 now, so no worker should spend a slot on it (workers

@@ -50,7 +50,7 @@ from outpost import tracing
 from outpost.backend import InferenceBackend
 from outpost.cluster import embed, wire
 from outpost.cluster.broker import topology
-from outpost.cluster.broker.session import BrokerSession, survive_connection_loss
+from outpost.cluster.broker.session import BrokerSession, cancelled_here, survive_connection_loss
 from outpost.cluster.heartbeat import encode_heartbeat
 from outpost.cluster.worker.cancels import CancelMemory
 from outpost.cluster.worker.intake import LANE, SHARED, Intake
@@ -65,11 +65,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger("outpost.cluster.worker")
 
 LOST_DRAIN_S = 30.0  # the requests of a lost connection end within an engine step of their abort
-
-
-def _cancelling() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 def default_worker_id() -> str:
@@ -282,7 +277,7 @@ class Worker:
         try:
             await self._serve(m, message)
         except (AMQPError, ConnectionError, ChannelInvalidStateError, asyncio.CancelledError) as exc:
-            if isinstance(exc, asyncio.CancelledError) and _cancelling():
+            if isinstance(exc, asyncio.CancelledError) and cancelled_here():
                 raise
             # The connection went under it: the broker gives the request again (broker/session.py).
             _log.warning("worker %s: lost the broker while serving a request (%r)", self.worker_id, exc)
