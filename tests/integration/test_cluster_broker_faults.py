@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import aio_pika
 import pytest
 from fake_backend import FakeBackend
 from test_cluster_broker import cluster, collect, request, tokens, until
@@ -162,5 +163,54 @@ def test_a_list_of_addresses_fails_over_to_one_that_answers(broker: Broker) -> N
             stop.set()
             await asyncio.wait({task}, timeout=30)
             await link.close()
+
+    run(main())
+
+
+async def _reply_queue_depth(url: str, name: str) -> int:
+    connection = await aio_pika.connect(url)
+    async with connection:
+        channel = await connection.channel()
+        return (await channel.declare_queue(name, passive=True)).declaration_result.message_count or 0
+
+
+async def _delete_queue(url: str, name: str) -> None:
+    connection = await aio_pika.connect(url)
+    async with connection:
+        await (await connection.channel()).queue_delete(name)
+
+
+def test_replies_lost_with_the_reply_queue_are_sent_again(broker: Broker) -> None:
+    """The last replies of a request wait in the gateway's reply queue while its link is down, and the
+    worker, done, has acked the request; then the queue is lost (as a broker restart loses it: it is
+    not durable). The gateway, connected again, finds its reply queue gone and sends the request
+    again once no worker has asked about it: the client gets every token exactly once, not a hang."""
+    engine = held_engine(slots=1)
+
+    async def main() -> None:
+        async with cluster(broker, _model(), [engine]) as (backend, workers):
+            link, worker = backend.link, workers[0][0]
+            link.lost_replies_grace_s = 0.5
+            stream = await backend.submit(request(PROMPT, 12, deadline_s=None))
+            task = asyncio.ensure_future(collect(stream))
+            await until(lambda: len(engine.holding) == 1, "the stream held mid-way")
+            assert link._session is not None and link._conn is not None
+            reconnect, setup = asyncio.Event(), link._session._setup
+
+            async def held_setup(conn: Any) -> None:
+                await reconnect.wait()
+                await setup(conn)
+
+            link._session._setup = held_setup
+            await link._conn.close()
+            await until(lambda: not link.connected, "the gateway's link down")
+            engine.gate.set()  # the worker finishes; its last replies wait in the reply queue
+            await until(lambda: worker.in_flight == 0, "the worker done with it")
+            assert await _reply_queue_depth(broker.url, link.reply_name) >= 1
+            await _delete_queue(broker.url, link.reply_name)
+            reconnect.set()
+            events = await asyncio.wait_for(task, 60)
+            assert_complete(events, 12)
+            assert link.counters["resubmitted"] == 1
 
     run(main())

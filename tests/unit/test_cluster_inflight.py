@@ -69,3 +69,20 @@ def test_a_resume_question_asked_again_gets_the_same_answer() -> None:
     item.finished = True
     assert resume_answer(item, wire.ResumeQuery("a", "w3")) == (wire.ResumeState("a", 0, 0, gone=True), False)
     assert resume_answer(None, wire.ResumeQuery("b", "w3"))[0].gone
+
+
+def test_after_a_lost_reply_queue_only_started_requests_nobody_asked_about_are_sent_again() -> None:
+    from outpost.cluster.gateway.inflight import silent_since
+
+    def item(rid: str, seq: int, attempt: int, heard: float, finished: bool = False) -> Pending:
+        p = _pending(rid)
+        p.next_seq, p.attempt, p.heard, p.finished = seq, attempt, heard, finished
+        return p
+
+    pending = {
+        "done-replies-lost": item("done-replies-lost", 3, 0, heard=5.0),
+        "resumed-since": item("resumed-since", 3, 1, heard=12.0),  # its worker asked `resume?`
+        "waiting": item("waiting", 0, 0, heard=1.0),  # still in the quorum queue, which kept it
+        "finished": item("finished", 4, 0, heard=5.0, finished=True),
+    }
+    assert [p.request.request_id for p in silent_since(pending, since=10.0)] == ["done-replies-lost"]

@@ -215,17 +215,22 @@ async def declare_shared(
     it is (see the module docstring: its replica count was fixed when it was created). Two processes
     creating it at once with different arguments: the loser's channel fails, and its reconnect finds
     the queue."""
-    scratch = await conn.channel()  # a passive declare of a missing queue closes its channel
-    try:
-        await scratch.declare_queue(name, passive=True)
-        exists = True
-    except ChannelNotFoundEntity:
-        exists = False
-    finally:
-        await asyncio.shield(_close_quietly(scratch))
-    if exists:
+    if await queue_exists(conn, name):
         return await channel.declare_queue(name, passive=True)
     return await channel.declare_queue(name, durable=True, arguments=arguments)
+
+
+async def queue_exists(conn: AbstractConnection, name: str) -> bool:
+    """Whether the broker has queue `name` now (a passive declare on a channel of its own: a
+    missing queue closes the channel it was asked on)."""
+    scratch = await conn.channel()
+    try:
+        await scratch.declare_queue(name, passive=True)
+        return True
+    except ChannelNotFoundEntity:
+        return False
+    finally:
+        await asyncio.shield(_close_quietly(scratch))
 
 
 async def _close_quietly(channel: AbstractChannel) -> None:

@@ -11,7 +11,12 @@ that takes it again asks `resume?`. A request is sent again (`resubmit`, marked 
 - a worker could not reach the gateway's reply queue (gone with its node, or expired) and handed
   the request back through the gateway's parked queue instead of dropping it;
 - replies of the running copy were lost (a batch arrived past a gap in its sequence): the copy
-  that takes the resubmission asks `resume?`, whose answer stops the old one.
+  that takes the resubmission asks `resume?`, whose answer stops the old one;
+- the gateway's reply queue itself was lost (a broker restart: it is not durable) with the last
+  replies of a request in it: the worker had finished and acked it, so nothing is left to resume it.
+  A started request that no worker has replied to or asked `resume?` about within
+  `LOST_REPLIES_GRACE_S` of the gateway's reconnect (`silent_since`) is sent again; one a worker
+  still holds has asked `resume?` by then (the broker returned it to the queue's head).
 
 A request still in the quorum queue, or streaming, is never sent again.
 
@@ -36,6 +41,9 @@ from outpost.messages import GenerateRequest, TokenEvent
 _log = logging.getLogger("outpost.cluster.gateway")
 
 RESUBMIT_TRIES = 5  # a nack while a quorum queue elects a leader: tried again, 1 s, 2 s, ... apart
+# After a reconnect that found the reply queue gone: time for the workers to connect again and ask
+# `resume?` about what they held (their reconnect retries every second) before the rest is sent again.
+LOST_REPLIES_GRACE_S = 10.0
 
 
 @dataclass
@@ -83,6 +91,13 @@ async def resubmit(pending: dict[str, Pending], item: Pending, publish: Publish)
             else:
                 await asyncio.sleep(float(tries))
     return False
+
+
+def silent_since(pending: dict[str, Pending], since: float) -> list[Pending]:
+    """The started requests no worker has replied to or asked about since `since` (a reconnect):
+    their last replies went with a lost reply queue. Requests still waiting for a slot are in the
+    quorum queue, which a broker restart keeps."""
+    return [p for p in pending.values() if p.started and not p.finished and p.heard < since]
 
 
 def resume_answer(pending: Pending | None, query: wire.ResumeQuery) -> tuple[wire.ResumeState, bool]:

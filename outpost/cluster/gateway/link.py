@@ -39,7 +39,14 @@ from outpost.cluster.embed import EmbedCalls
 from outpost.cluster.gateway import admission
 from outpost.cluster.gateway.depths import QueueDepths
 from outpost.cluster.gateway.fleet import WorkerTable
-from outpost.cluster.gateway.inflight import Pending, nack_is_full, resubmit, resume_answer
+from outpost.cluster.gateway.inflight import (
+    LOST_REPLIES_GRACE_S,
+    Pending,
+    nack_is_full,
+    resubmit,
+    resume_answer,
+    silent_since,
+)
 from outpost.cluster.gateway.routing import Route, Router
 from outpost.cluster.gateway.verdicts import BROKER_VERDICT, DEADLINE_GRACE_S, answer_dead, last_resort
 from outpost.messages import BackendUnavailable, GenerateRequest, QueueFull, TokenEvent
@@ -98,6 +105,7 @@ class GatewayLink:
         self._run: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._jobs: set[asyncio.Task[None]] = set()  # fire-and-forget publishes, kept referenced
+        self.lost_replies_grace_s = LOST_REPLIES_GRACE_S  # inflight.py; tests shorten it
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -134,9 +142,13 @@ class GatewayLink:
         side = session.essential(await conn.channel())
         # Outlives this connection (topology), and acked: what the broker pushed into a link that
         # was already cut comes back to the queue with the connection, so a cut loses no reply.
+        # Only a reconnect can find it gone (`connections` counts the setups that succeeded).
+        lost = session.connections > 0 and not await topology.queue_exists(conn, self.reply_name)
         reply_ch = session.essential(await conn.channel())
         await reply_ch.set_qos(prefetch_count=REPLY_PREFETCH)
         replies = await reply_ch.declare_queue(self.reply_name, arguments=topology.reply_arguments())
+        if lost:  # with what it held: the last replies of requests whose workers are done with them
+            self._background(self._resend_silent(time.monotonic()))
         await replies.consume(self._on_reply)
         status_q = await side.declare_queue(
             f"outpost.status.{self.gateway_id}", exclusive=True, auto_delete=True
@@ -163,6 +175,12 @@ class GatewayLink:
         _log.warning("gateway %s: resubmitting %s: %s", self.gateway_id, pending.request.request_id, why)
         if await resubmit(self.pending, pending, self._resubmit):
             self.counters["resubmitted"] += 1
+
+    async def _resend_silent(self, since: float) -> None:
+        await asyncio.sleep(self.lost_replies_grace_s)
+        for pending in silent_since(self.pending, since):
+            if pending.needs_resubmit():
+                await self._resend(pending, "its reply queue was lost with the broker; no worker holds it")
 
     async def _resubmit(self, pending: Pending) -> None:
         """The worker that takes it asks `resume?` and continues from what the client has."""
