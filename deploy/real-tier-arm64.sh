@@ -5,7 +5,7 @@
 # (emulated, a test takes minutes, not seconds). This checkout's tests and `outpost` package (PYTHONPATH,
 # read-only) run in the image's Python with its llama-cpp-python and CPU builds; the test clients
 # (pytest and the dev pins of pyproject.toml that tests/real imports) are installed once over the arm64
-# image into localhost/outpost-real-tier:VERSION-arm64 (pip, from the package index, under qemu).
+# image into localhost/outpost-real-tier:VERSION-arm64 (arm64 wheels fetched by this host's pip, installed offline).
 # Usage: deploy/real-tier-arm64.sh [PYTEST ARGS...]   (default: tests/real)
 # Environment: QEMU_CPU (neoverse-n1: the arm64-n1 build; max,sve-default-vector-length=32: arm64-sve-i8mm),
 #   OUTPOST_TEST_IMAGE_ARM64 (outpost:VERSION-arm64, built by ARCH=arm64 deploy/image.sh if absent),
