@@ -211,6 +211,11 @@ def was_resubmitted(body: bytes | dict[str, Any]) -> bool:
     return d.get("resubmitted") is True
 
 
+def as_resubmitted(fields: dict[str, Any]) -> bytes:
+    """A request message's fields again, marked `resubmitted` (its taker asks `resume?` first)."""
+    return dumps({k: v for k, v in fields.items() if k != "v"} | {"resubmitted": True})
+
+
 def reads_bundles(body: bytes | dict[str, Any]) -> bool:
     """Whether the gateway that sent this request reads `bundle` replies (v1 gateways before them do not)."""
     d = body if isinstance(body, dict) else loads(body, "request")

@@ -102,6 +102,15 @@ class Residency:
             state.spec.draft = []  # it continued a history whose KV is gone
         self._waiting.appendleft(state)
 
+    def _enqueue(self, state: RequestState) -> None:
+        """At the back; a resumed request (a cluster stream whose worker went) ahead of every
+        request that has not started, so a stream that froze continues at the next free slot."""
+        if not state.req.n_resumed:
+            self._waiting.append(state)
+            return
+        fresh = (i for i, s in enumerate(self._waiting) if not s.req.n_resumed and s.admitted_at is None)
+        self._waiting.insert(next(fresh, len(self._waiting)), state)
+
     def _release(self, state: RequestState) -> None:
         slot = state.slot
         if slot is None:

@@ -6,7 +6,8 @@ returns the step's `TokenEvent`s. Decisions taken inside `schedule()` (aborts, d
 as events from the `update_from_output()` that follows it.
 
 A step, in order: apply aborts and deadlines; copy in prefixes that requests awaited from another
-request's prefill (`sharing.py`); admit waiting requests FCFS into free slots, reusing the longest
+request's prefill (`sharing.py`); admit waiting requests FCFS (a cluster request resumed after its
+worker went is queued ahead of those not started) into free slots, reusing the longest
 cached prefix (computed under the same LoRA settings) or awaiting one being computed; then build one
 batch for one group of LoRA settings (`lora_turns.py`): one token for every generating request, then
 prompt chunks in admission order up to the token budget (chunked prefill). KV cells
@@ -76,7 +77,7 @@ class Scheduler(Residency):
             )
         state = RequestState.new(req, self._token_piece)
         self._start_spec(state)
-        self._waiting.append(state)
+        self._enqueue(state)
         self._live[req.request_id] = state
         if req.deadline is not None:
             self._n_deadlines += 1

@@ -18,7 +18,7 @@ from typing import Any
 import aio_pika
 import pytest
 from fake_backend import FakeBackend
-from test_cluster_broker import LIMIT_S, collect, run, tokens, until
+from test_cluster_broker import LIMIT_S, collect, queue_depth, run, tokens, until
 
 from outpost.cluster.broker import topology
 from outpost.cluster.gateway.link import GatewayLink
@@ -181,6 +181,69 @@ def test_a_worker_killed_holding_a_lane_request_hands_it_over_exactly(rabbitmq: 
             assert sum(e.finished for e in events) == 1 and second.started
 
     run(main())
+
+
+def test_a_stream_that_lost_its_lane_worker_resumes_before_the_queued_ones(rabbitmq: Any) -> None:
+    """Interrupted first: the request a dead worker held in its lane goes to the resume queue, which
+    the other worker takes beside its busy slot, ahead of the two requests waiting in the shared
+    queue (before, it was dead-lettered behind them and waited for both)."""
+    n = len(prompt(1))
+    holder_engine = FakeBackend.counting(slots=1, step_s=0.005)
+    holder_engine.hold_at = n + 3  # the lane request holds mid-way, 3 tokens sent
+    other_engine = FakeBackend.counting(slots=1, step_s=0.005)
+    other_engine.hold_at = 4  # everything it runs holds after a first token until its gate opens
+
+    async def main() -> None:
+        async with fleet(rabbitmq) as f:
+            gateway = await f.gateway()
+            holder = await f.worker("holder", holder_engine)
+            await collect(await gateway.submit(req(prompt(0), max_tokens=2)))
+            await f.advertised(holder, 5)
+            lane_request = req(prompt(1), max_tokens=30)
+            seen: list[int] = []
+            stream = await gateway.submit(lane_request)
+            task = asyncio.ensure_future(collect(stream, lambda e: seen.extend(e.token_ids)))
+            await until(lambda: bool(holder_engine.holding) and len(seen) == 3, "the lane request mid-way")
+            assert f.links[0].counters["routed_prefix"] == 1  # to the holder's lane
+            await f.worker("other", other_engine)
+            fresh = [req([3, 4, i], max_tokens=3) for i in range(3)]
+            streams = [await gateway.submit(r) for r in fresh]
+            await until(lambda: bool(other_engine.holding), "the other worker's slot busy")
+            for _ in range(1500):  # bounded: 30 s, until both wait in the shared queue
+                if await queue_depth(gateway) == 2:
+                    break
+                await asyncio.sleep(0.02)
+            assert await queue_depth(gateway) == 2
+            await f.kill("holder")
+            rid = lane_request.request_id
+            try:
+                await until(lambda: rid in other_engine.started, "the interrupted request resumed", 60)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; ready: {await _ready(f, holder)}") from None
+            assert other_engine.started == [fresh[0].request_id, rid], "resumed before the waiting ones"
+            other_engine.gate.set()
+            events = await asyncio.wait_for(task, LIMIT_S)
+            assert tokens(events) == list(range(n, n + 30)), "no token repeated or missing"
+            for result in await asyncio.gather(*(collect(s) for s in streams)):
+                assert result[-1].finish_reason is FinishReason.LENGTH
+            assert other_engine.started[2:] == [fresh[1].request_id, fresh[2].request_id]
+
+    run(main())
+
+
+async def _ready(f: Fleet, holder: Worker) -> dict[str, int]:
+    """Messages ready in the model's queues and the holder's lane: where a request that went is."""
+    channel = await f.links[0]._conn.channel()  # type: ignore[union-attr]
+    names = [topology.request_queue(f.model), topology.resume_queue(f.model)]
+    names.append(topology.lane_queue(f.model, holder.worker_id))
+    try:
+        ready = {}
+        for name in names:
+            queue = await channel.declare_queue(name, passive=True)
+            ready[name] = int(queue.declaration_result.message_count or 0)
+        return ready
+    finally:
+        await channel.close()
 
 
 def test_a_worker_never_holds_more_requests_than_slots(rabbitmq: Any) -> None:

@@ -136,3 +136,19 @@ def test_a_scheduler_without_pieces_refuses_to_resume() -> None:
         sched.add_request(GenerateRequest([5, 6, 7], 10, n_resumed=1))
     sched.add_request(GenerateRequest([5, 6, 7], 10))  # a fresh request needs none
     assert sched.queue_depth == 1
+
+
+def test_a_resumed_request_takes_the_next_free_slot_before_the_waiting_ones() -> None:
+    """Interrupted first: a stream that lost its worker is queued ahead of every request that has
+    not started (in arrival order among the resumed), behind none but the running ones."""
+    h = Harness(SchedulerConfig(n_slots=1, n_ctx=512, n_ctx_seq=512, step_token_budget=64))
+    running = h.add([100, 101, 102], max_tokens=3, request_id="running")
+    h.step()  # it holds the only slot
+    fresh = [h.add([110 + i, 120, 121], max_tokens=2, request_id=f"fresh{i}") for i in range(3)]
+    sent = [1, 2]
+    h.add([130, 131, 132, *sent], max_tokens=6, request_id="resumed", n_resumed=len(sent))
+    h.add([140, 141, 142, 3], max_tokens=6, request_id="resumed-later", n_resumed=1)
+    h.run()
+    order = sorted(h.first_event_step, key=h.first_event_step.__getitem__)
+    assert order == [running, "resumed", "resumed-later", *fresh]
+    assert len(h.token_ids("resumed")) == 6 - len(sent), "its budget counts what it had sent"

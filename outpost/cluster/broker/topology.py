@@ -12,11 +12,19 @@ start. A broker without the management plugin gets a warning and an unbounded qu
 
 Per worker, a lane `outpost.lane.<model>.<worker id>`: a quorum queue for requests a gateway routed
 to that worker for the prefix its KV holds. A lane message carries a short expiration (the spill
-window) and the lane dead-letters into the model's request queue (at-least-once), so an affine
-request the worker cannot take in time goes to everyone; a delivery limit of 0 sends a request
-whose worker died straight there too. Its length is bounded (a full lane nacks: the gateway
-publishes to the shared queue instead) and it is deleted after a while unused, by which time
-every message in it has long expired into the shared queue.
+window) and the lane dead-letters (at-least-once) into the model's resume queue, where a worker
+sends an expired one on to the request queue, so an affine request the worker cannot take in time
+goes to everyone; a delivery limit of 0 sends a request whose worker died there at once. Its
+length is bounded (a full lane nacks: the gateway publishes to the shared queue instead) and it is
+deleted after a while unused, by which time every message in it has long expired.
+
+Per model, a resume queue `outpost.resume.<model>` (quorum, the request queue's arguments, never a
+length limit): requests that may have streamed tokens already, which every worker reads beside its
+credits and its engine runs before any request that has not started (worker/intake.py). A lane's
+dead (its worker died holding them) arrive there by dead-lettering, and a gateway's resubmission of
+a started request is published there. A request that lost its worker in the shared queue stays in
+the shared queue: a quorum queue delivers the messages it got back before the others
+(tests/integration/test_cluster_requeue_order.py checks it on the broker the project installs).
 
 Fanout exchanges: `outpost.control` (cancels; every worker binds a private queue) and
 `outpost.status` (worker heartbeats; every gateway binds a private queue). Each gateway has its
@@ -89,6 +97,10 @@ def request_queue(model: str) -> str:
 LANE_UNUSED_EXPIRY_MS = 600_000
 
 
+def resume_queue(model: str) -> str:
+    return f"outpost.resume.{model}"
+
+
 def lane_queue(model: str, worker_id: str) -> str:
     return f"outpost.lane.{model}.{worker_id}"
 
@@ -107,15 +119,15 @@ def quorum_arguments(quorum: int | None = None) -> dict[str, Any]:
 
 
 def lane_arguments(model: str, length: int, quorum: int | None = None) -> dict[str, Any]:
-    """A lane's arguments: quorum, dead-lettered into the model's request queue."""
+    """A lane's arguments: quorum, dead-lettered into the model's resume queue."""
     return {
         **quorum_arguments(quorum),
         "x-dead-letter-exchange": "",
-        "x-dead-letter-routing-key": request_queue(model),
+        "x-dead-letter-routing-key": resume_queue(model),
         "x-dead-letter-strategy": "at-least-once",
         "x-overflow": "reject-publish",  # at-least-once dead-lettering requires it
         "x-max-length": max(1, length),
-        "x-delivery-limit": 0,  # its worker died holding it: to the shared queue at once
+        "x-delivery-limit": 0,  # its worker died holding it: to the resume queue at once
         "x-expires": LANE_UNUSED_EXPIRY_MS,
     }
 
@@ -256,6 +268,13 @@ async def declare_request_queue(
     conn: AbstractConnection, channel: AbstractChannel, model: str, quorum: int | None = None
 ) -> AbstractQueue:
     return await declare_shared(conn, channel, request_queue(model), request_queue_arguments(quorum))
+
+
+async def declare_resume_queue(
+    conn: AbstractConnection, channel: AbstractChannel, model: str, quorum: int | None = None
+) -> AbstractQueue:
+    """The model's resume queue: the request queue's arguments (poison and expiry alike), unbounded."""
+    return await declare_shared(conn, channel, resume_queue(model), request_queue_arguments(quorum))
 
 
 async def apply_length_policy(

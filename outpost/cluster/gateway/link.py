@@ -137,6 +137,7 @@ class GatewayLink:
         await presence.set_qos(prefetch_count=1)
         for model in self.models:
             await topology.declare_request_queue(conn, pub, model, self.quorum)
+            await topology.declare_resume_queue(conn, pub, model, self.quorum)
             gateways = await topology.declare_gateways_queue(conn, presence, model, self.quorum)
             await gateways.consume(_never_called)  # counted, never fed (admission.py)
         side = session.essential(await conn.channel())
@@ -183,11 +184,13 @@ class GatewayLink:
                 await self._resend(pending, "its reply queue was lost with the broker; no worker holds it")
 
     async def _resubmit(self, pending: Pending) -> None:
-        """The worker that takes it asks `resume?` and continues from what the client has."""
+        """The worker that takes it asks `resume?` and continues from what the client has. One a
+        worker had started goes to the resume queue, which workers run before any waiting request."""
         request = pending.request
         time_left = None if request.deadline is None else max(request.deadline - time.monotonic(), 0.001)
         body = wire.encode_request(request, resubmitted=True)
-        await self._publish(topology.request_queue(pending.model), body, request, time_left)
+        name = topology.resume_queue if pending.started else topology.request_queue
+        await self._publish(name(pending.model), body, request, time_left)
 
     async def _on_lost(self) -> None:
         self._conn = None

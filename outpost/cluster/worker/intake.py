@@ -13,6 +13,13 @@ few times a second, and a delivery that took a queue's last idle credit hints at
 leaves each queue one credit, so nothing waits for a poll; requests known to wait may take every
 idle credit, so a worker serves all its slots from one queue when only that one has work. `Intake`
 carries them out with aio-pika and runs each delivery as a task.
+
+Beside the credits, `Intake` reads the model's resume queue (broker/topology.py) on a channel of its
+own, `slots` messages at a time: requests that may have streamed tokens already, whose worker or
+broker node went. They are taken at once, over the credits' bound (a worker then holds up to twice
+its slots), and its engine runs them before any request that has not started (the scheduler puts
+a resumed request ahead of the waiting ones), so a stream that lost its worker waits for the next
+free slot, not for the queue ahead of it.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ _log = logging.getLogger("outpost.cluster.intake")
 LANE = "lane"
 SHARED = "shared"
 DEPTH_POLL_S = 0.25
+Handle = Callable[[AbstractIncomingMessage], Awaitable[None]]
 RPC_TIMEOUT_S = 10.0  # a consume or cancel the broker never answers (a connection going away)
 
 
@@ -101,7 +109,7 @@ class Intake:
         channel: AbstractChannel,
         queues: dict[str, AbstractQueue],
         slots: int,
-        handle: Callable[[AbstractIncomingMessage], Awaitable[None]],
+        handle: Handle,
         depth: Callable[[str], Awaitable[int]],
     ) -> None:
         """depth(source): messages ready in that queue, read on a channel of its own (a failed
@@ -114,17 +122,30 @@ class Intake:
         self.tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._moves = 0
+        self._resume: AbstractQueue | None = None
+        self._resume_tag: str | None = None
+        self.resuming = 0  # held from the resume queue, beside the credits' `held`
 
-    async def start(self) -> None:
+    async def start(self, resume: AbstractQueue | None = None, on_resume: Handle | None = None) -> None:
+        """Consume with every credit; and `resume` (a queue on a channel of its own) `slots` at a
+        time, each delivery handed to `on_resume`."""
         await self._channel.set_qos(prefetch_count=1)  # per consumer: each credit holds one
         for credit in self.plan.credits:
             await self._consume(credit)
+        if resume is not None and on_resume is not None:
+            await resume.channel.set_qos(prefetch_count=len(self.plan.credits))
+            self._resume = resume
+            consume = functools.partial(self._on_resume, on_resume)
+            self._resume_tag = await resume.consume(consume, timeout=RPC_TIMEOUT_S)
 
     async def stop(self) -> None:
         """No new deliveries; what is held runs on (see `tasks`)."""
         self._stopping = True
         for credit in self.plan.credits:
             await self._cancel(credit)
+        if self._resume is not None and self._resume_tag is not None:
+            with contextlib.suppress(AMQPError, RuntimeError, asyncio.TimeoutError):
+                await self._resume.cancel(self._resume_tag, timeout=RPC_TIMEOUT_S)
 
     def abandon(self) -> None:
         """The worker is going away without draining: cancel what runs here and consume nothing
@@ -204,6 +225,18 @@ class Intake:
         task.add_done_callback(self.tasks.discard)
         if not any(c.idle for c in self.plan.credits if c.source == credit.source):
             await self.rebalance({}, hint=credit.source)
+
+    async def _on_resume(self, handle: Handle, message: AbstractIncomingMessage) -> None:
+        if self._stopping:
+            return  # not acked: the broker gives it to another worker when this channel closes
+        self.resuming += 1
+        task = asyncio.ensure_future(handle(message))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self._resumed)
+
+    def _resumed(self, _: object) -> None:
+        self.resuming -= 1
 
     async def _run(self, credit: Credit, message: AbstractIncomingMessage) -> None:
         try:

@@ -5,6 +5,8 @@ A worker that dies leaves its unacked requests to the broker, which delivers the
 to another worker). Such a copy may have sent tokens already, so before running it the worker asks
 the gateway named in `reply_to` what the client already has (`resume?` on the gateway's reply
 queue, answered on the worker's private queue) and runs the prompt plus those tokens (`continued`).
+A request on the resume queue that never started (a lane's spill) is sent on to the shared queue
+(`forward`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 
 import aio_pika
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage
-from aiormq.exceptions import PublishError
+from aiormq.exceptions import DeliveryError, PublishError
 
 from outpost.cluster import wire
 from outpost.cluster.broker import topology
@@ -74,6 +76,29 @@ async def park(exchange: AbstractExchange, body: bytes, rid: str, reply_to: str)
         )
     except PublishError:
         return False
+    return True
+
+
+async def forward(
+    exchange: AbstractExchange, message: AbstractIncomingMessage, body: bytes, queue: str
+) -> bool:
+    """Send a request from the resume queue that streamed nothing (a lane dead-letters its expired
+    requests there too) on to `queue`, the shared queue, as `body`; then ack it here. False when
+    `queue` refused it (full, or gone): then it runs here."""
+    headers = {k: v for k, v in (message.headers or {}).items() if not k.startswith("x-")}
+    again = aio_pika.Message(
+        body,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        correlation_id=message.correlation_id,
+        message_id=message.message_id,
+        reply_to=message.reply_to,
+        headers=headers or None,
+    )
+    try:
+        await exchange.publish(again, routing_key=queue, mandatory=True, timeout=10)
+    except (DeliveryError, PublishError):
+        return False
+    await message.ack()
     return True
 
 

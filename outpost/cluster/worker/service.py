@@ -56,7 +56,14 @@ from outpost.cluster.worker.cancels import CancelMemory
 from outpost.cluster.worker.intake import LANE, SHARED, Intake
 from outpost.cluster.worker.outbox import Outboxes
 from outpost.cluster.worker.requests import BackendRequests, final_without_running
-from outpost.cluster.worker.resume import ResumeUnanswered, ask_resume, continued, may_have_started, park
+from outpost.cluster.worker.resume import (
+    ResumeUnanswered,
+    ask_resume,
+    continued,
+    forward,
+    may_have_started,
+    park,
+)
 from outpost.cluster.worker.served import ServedModel
 
 if TYPE_CHECKING:
@@ -180,10 +187,12 @@ class Worker:
         await private_q.consume(self._on_private, no_ack=True)
         self._conn, self._pub = conn, pub
         self._probe = await conn.channel()  # depths only: a failed declare must not close pub or consume_ch
+        resume_ch = session.essential(await conn.channel())
         for m in self.served.values():
             handle, depth = functools.partial(self._handle, m), functools.partial(self._depth, m)
             m.intake = Intake(consume_ch, queues[m.name], m.slots, handle, depth)
-            await m.intake.start()
+            resume = await topology.declare_resume_queue(conn, resume_ch, m.name, self.quorum)
+            await m.intake.start(resume, functools.partial(self._handle, m, resumed=True))
             self._watches.append(asyncio.ensure_future(m.intake.watch()))
             again = " again" if session.connections else ""
             shared = queues[m.name][SHARED].name
@@ -194,6 +203,7 @@ class Worker:
     ) -> dict[str, AbstractQueue]:
         """The model's shared queue and this worker's lane of it."""
         shared = await topology.declare_request_queue(conn, channel, m.name, self.quorum)
+        await topology.declare_resume_queue(conn, channel, m.name, self.quorum)  # the lane's dead go there
         lane = await topology.declare_lane(channel, m.name, self.worker_id, m.slots, self.quorum)
         return {LANE: lane, SHARED: shared}
 
@@ -271,11 +281,13 @@ class Worker:
 
     # -- requests -------------------------------------------------------------------------------
 
-    async def _handle(self, m: ServedModel, message: AbstractIncomingMessage) -> None:
-        self._held += 1  # across connections: a lost one's requests count until they have ended
+    async def _handle(self, m: ServedModel, message: AbstractIncomingMessage, resumed: bool = False) -> None:
+        """One delivery, from a credit or (`resumed`) from the resume queue, beside the credits' bound."""
+        held = 0 if resumed else 1
+        self._held += held  # across connections: a lost one's requests count until they have ended
         self.max_held = max(self.max_held, self._held)
         try:
-            await self._serve(m, message)
+            await self._serve(m, message, resumed)
         except (AMQPError, ConnectionError, ChannelInvalidStateError, asyncio.CancelledError) as exc:
             if isinstance(exc, asyncio.CancelledError) and cancelled_here():
                 raise
@@ -293,9 +305,9 @@ class Worker:
             with contextlib.suppress(Exception):
                 await message.reject(requeue=True)
         finally:
-            self._held -= 1
+            self._held -= held
 
-    async def _serve(self, m: ServedModel, message: AbstractIncomingMessage) -> None:
+    async def _serve(self, m: ServedModel, message: AbstractIncomingMessage, resumed: bool = False) -> None:
         try:
             fields = wire.loads(message.body, ("request", "embed"))  # parsed once: kind, request, flags
             request = None if fields["kind"] == "embed" else wire.decode_request(fields)
@@ -314,6 +326,8 @@ class Worker:
             return
         attempt, seq = 0, 0
         resumes = may_have_started(message) or wire.was_resubmitted(fields)
+        if resumed and not resumes and await self._pass_on(m, message, message.body):
+            return  # a lane's request that spilled unstarted: it waits its turn with the others
         if not resumes and self._cancels.superseded(rid):
             await message.ack()  # a first copy whose request was resumed elsewhere meanwhile
             return
@@ -331,6 +345,12 @@ class Worker:
                 )
                 await message.ack()
                 return
+            if (
+                resumed
+                and not state.token_ids
+                and await self._pass_on(m, message, wire.as_resubmitted(fields))
+            ):
+                return  # it had streamed nothing: not interrupted, it waits its turn with the others
             attempt, seq = state.attempt, state.seq
             request = continued(request, state.token_ids)
             _log.warning("worker %s: resuming %s after %d tokens", self.worker_id, rid, len(state.token_ids))
@@ -354,6 +374,10 @@ class Worker:
                 self.tracer.record_engine_phases(parent, final.timings, time.time_ns())
         await message.ack()
         self.completed += 1
+
+    async def _pass_on(self, m: ServedModel, message: AbstractIncomingMessage, body: bytes) -> bool:
+        """A request from the resume queue that streamed nothing goes to the shared queue (resume.forward)."""
+        return await forward(self._pub.default_exchange, message, body, topology.request_queue(m.name))
 
     async def _ask_resume(self, rid: str, reply_to: str) -> wire.ResumeState | None:
         """What the client already has (resume.ask_resume); None when its gateway is gone."""
