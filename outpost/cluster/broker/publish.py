@@ -4,14 +4,17 @@ After its own (re)connect, a process takes an unroutable message (the gateway's 
 there) as "that gateway is still reconnecting" for GATEWAY_GRACE_S (it declares its reply queue again
 after the same outage) and tries again every RETRY_S; later, unroutable means the gateway is gone.
 Worker replies (worker/requests.py), resume questions (worker/resume.py) and the dead-letter verdicts
-(gateway/verdicts.py) all go this way.
+(gateway/verdicts.py) all go this way. `request_message` is how a request is put on a queue, by its
+gateway or by a worker passing one on.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
+import aio_pika
 from aiormq.exceptions import PublishError
 
 from outpost.cluster.broker.session import GATEWAY_GRACE_S
@@ -33,3 +36,22 @@ async def publish_to_gateway(
                 return False
             await asyncio.sleep(RETRY_S)
     return False
+
+
+def request_message(
+    body: bytes,
+    request_id: str | None,
+    reply_to: str | None,
+    headers: dict[str, Any],
+    expiration: float | None,
+) -> aio_pika.Message:
+    """A request as the queues hold it: persistent, its id as correlation and message id."""
+    return aio_pika.Message(
+        body,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        correlation_id=request_id,
+        message_id=request_id,
+        reply_to=reply_to,
+        expiration=expiration,
+        headers=headers or None,
+    )

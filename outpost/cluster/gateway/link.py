@@ -34,6 +34,7 @@ from aiormq.exceptions import AMQPError, DeliveryError, PublishError
 from outpost import tracing
 from outpost.cluster import wire, wire_embed
 from outpost.cluster.broker import connection, topology
+from outpost.cluster.broker.publish import request_message
 from outpost.cluster.broker.session import OUTAGE_BOUND_S, BrokerSession, cancelled_here
 from outpost.cluster.embed import EmbedCalls
 from outpost.cluster.gateway import admission
@@ -284,15 +285,7 @@ class GatewayLink:
     ) -> None:
         headers: dict[str, Any] = {}
         tracing.inject(headers, tracing.current.get())  # the HTTP request's span, when traced
-        message = aio_pika.Message(
-            body,
-            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-            correlation_id=request.request_id,
-            message_id=request.request_id,
-            reply_to=self.reply_name,
-            expiration=expiration,
-            headers=headers or None,
-        )
+        message = request_message(body, request.request_id, self.reply_name, headers, expiration)
         await self._pub.default_exchange.publish(
             message, routing_key=queue, mandatory=True, timeout=PUBLISH_TIMEOUT_S
         )

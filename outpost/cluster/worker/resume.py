@@ -23,7 +23,7 @@ from aiormq.exceptions import DeliveryError, PublishError
 
 from outpost.cluster import wire
 from outpost.cluster.broker import topology
-from outpost.cluster.broker.publish import publish_to_gateway
+from outpost.cluster.broker.publish import publish_to_gateway, request_message
 from outpost.messages import GenerateRequest
 
 RESUME_TIMEOUT_S = 10.0  # no answer to any of the repeats: the request goes back to the broker
@@ -86,14 +86,7 @@ async def forward(
     requests there too) on to `queue`, the shared queue, as `body`; then ack it here. False when
     `queue` refused it (full, or gone): then it runs here."""
     headers = {k: v for k, v in (message.headers or {}).items() if not k.startswith("x-")}
-    again = aio_pika.Message(
-        body,
-        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-        correlation_id=message.correlation_id,
-        message_id=message.message_id,
-        reply_to=message.reply_to,
-        headers=headers or None,
-    )
+    again = request_message(body, message.correlation_id, message.reply_to, headers, None)
     try:
         await exchange.publish(again, routing_key=queue, mandatory=True, timeout=10)
     except (DeliveryError, PublishError):
