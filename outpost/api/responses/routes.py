@@ -232,9 +232,6 @@ async def _stream(
                     for chunk in items.add_text(kind, text):
                         yield chunk
     except Exception as exc:
-        yield _failed(w, draft, items.items, failure(exc))
-
-
-def _failed(w: EventWriter, draft: ResponseDraft, output: list[dict[str, Any]], err: ApiError) -> bytes:
-    error = {"code": err.code or err.type, "message": err.worded()}
-    return w.event("response.failed", response=draft.response("failed", output, error=error))
+        err = failure(exc)
+        error = {"code": err.code or err.type, "message": err.worded()}
+        yield w.event("response.failed", response=draft.response("failed", items.items, error=error))
