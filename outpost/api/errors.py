@@ -147,9 +147,8 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
 
 def _http_error(exc: StarletteHTTPException) -> ApiError:
     messages = {404: "no such endpoint", 405: "method not allowed on this endpoint"}
-    message = (
-        messages.get(exc.status_code) if exc.detail in (None, "Not Found", "Method Not Allowed") else None
-    )
+    starlettes = exc.detail in (None, "Not Found", "Method Not Allowed")  # its words, not a route's
+    message = messages.get(exc.status_code) if starlettes else None
     return ApiError(exc.status_code, message or str(exc.detail), headers=dict(exc.headers or {}))
 
 

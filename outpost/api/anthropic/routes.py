@@ -167,17 +167,10 @@ class _Blocks:
             self.index += 1
             self.kind = kind
             self.has_text |= kind == "text"
-            start = (
-                {"type": "thinking", "thinking": "", "signature": ""}
-                if kind == "thinking"
-                else {"type": "text", "text": ""}
-            )
+            # kind is "thinking" or "text": the block's type and the name of its text field
+            start = {"type": kind, kind: "", **({"signature": ""} if kind == "thinking" else {})}
             out.append(event("content_block_start", index=self.index, content_block=start))
-        delta = (
-            {"type": "thinking_delta", "thinking": text}
-            if kind == "thinking"
-            else {"type": "text_delta", "text": text}
-        )
+        delta = {"type": f"{kind}_delta", kind: text}
         return [*out, event("content_block_delta", index=self.index, delta=delta)]
 
     def close(self) -> list[bytes]:

@@ -181,19 +181,13 @@ class _Output:
         index, done = len(self.items), call_item(call)
         self.items.append(done)
         args, where = done["arguments"], {"item_id": done["id"], "output_index": index}
-        out = [
-            self.w.event(
-                "response.output_item.added", output_index=index, item=call_item(call, "", "in_progress")
-            )
-        ]
+        started = call_item(call, "", "in_progress")
+        out = [self.w.event("response.output_item.added", output_index=index, item=started)]
         step = max(1, -(-len(args) // ARG_PIECES))
-        for at in range(0, len(args), step):
-            out.append(
-                self.w.event("response.function_call_arguments.delta", delta=args[at : at + step], **where)
-            )
-        out.append(
-            self.w.event("response.function_call_arguments.done", arguments=args, name=done["name"], **where)
-        )
+        for delta in (args[at : at + step] for at in range(0, len(args), step)):
+            out.append(self.w.event("response.function_call_arguments.delta", delta=delta, **where))
+        name = done["name"]
+        out.append(self.w.event("response.function_call_arguments.done", arguments=args, name=name, **where))
         out.append(self.w.event("response.output_item.done", output_index=index, item=done))
         return out
 
