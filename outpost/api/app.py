@@ -36,6 +36,7 @@ from outpost.api.llama import routes as llama_routes
 from outpost.api.llama import slots as slot_routes
 from outpost.api.metrics import Metrics
 from outpost.api.ollama import routes as ollama_routes
+from outpost.api.ollama.translate import error_response as ollama_error
 from outpost.api.openai import embeddings
 from outpost.api.openai import routes as openai_routes
 from outpost.api.requestlog import RequestLogMiddleware
@@ -137,9 +138,7 @@ def create_app(
     install_error_handlers(app)
     known = frozenset(r.path for router in routers for r in router.routes if isinstance(r, Route))
     # Errors given before a route runs, in the envelope of the API the path belongs to.
-    envelopes = Envelopes(
-        {"/v1/messages": anthropic_routes.error_response, "/api/": ollama_routes.error_response}
-    )
+    envelopes = Envelopes({"/v1/messages": anthropic_routes.error_response, "/api/": ollama_error})
     app.add_middleware(BodyLimitMiddleware, max_body=config.max_body, envelopes=envelopes)
     open_paths = (*config.open_paths, *webui.OPEN_PATHS) if config.webui else config.open_paths
     app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, open_paths=open_paths, envelopes=envelopes)

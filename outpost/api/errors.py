@@ -8,7 +8,7 @@ same shape, so bad input is always a 4xx and never a 500.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -145,38 +145,20 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
     return f"{prefix}{msg}{more}", param
 
 
-async def _on_api_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
-    return exc.response()
-
-
-async def _on_validation(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    message, param = _describe_validation(exc)
-    return bad_request(message, param=param).response()
-
-
-async def _on_http(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
+def _http_error(exc: StarletteHTTPException) -> ApiError:
     messages = {404: "no such endpoint", 405: "method not allowed on this endpoint"}
-    message = (
-        messages.get(exc.status_code) if exc.detail in (None, "Not Found", "Method Not Allowed") else None
-    )
-    err = ApiError(exc.status_code, message or str(exc.detail), headers=dict(exc.headers or {}))
-    return err.response()
+    starlettes = exc.detail in (None, "Not Found", "Method Not Allowed")  # its words, not a route's
+    message = messages.get(exc.status_code) if starlettes else None
+    return ApiError(exc.status_code, message or str(exc.detail), headers=dict(exc.headers or {}))
 
 
-async def _on_queue_full(_: Request, exc: Exception) -> JSONResponse:
-    return queue_full(str(exc) or "the server is busy; retry later").response()
+def _handler(to_error: Callable[[Any], ApiError]) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    """An exception handler replying with the ApiError `to_error` makes of the exception."""
 
+    async def handle(_: Request, exc: Exception) -> JSONResponse:
+        return to_error(exc).response()
 
-async def _on_rejected(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestRejected)
-    return from_engine_rejection(exc).response()
-
-
-async def _on_template(_: Request, exc: Exception) -> JSONResponse:
-    return bad_request(f"the chat template rejected these messages: {exc}", param="messages").response()
+    return handle
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -185,10 +167,16 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(ApiError, _on_api_error)
-    app.add_exception_handler(RequestValidationError, _on_validation)
-    app.add_exception_handler(StarletteHTTPException, _on_http)
-    app.add_exception_handler(QueueFull, _on_queue_full)
-    app.add_exception_handler(RequestRejected, _on_rejected)
-    app.add_exception_handler(ChatTemplateError, _on_template)
+    to_error: dict[type[Exception], Callable[[Any], ApiError]] = {
+        ApiError: lambda exc: exc,
+        RequestValidationError: lambda exc: bad_request(*_describe_validation(exc)),
+        StarletteHTTPException: _http_error,
+        QueueFull: lambda exc: queue_full(str(exc) or "the server is busy; retry later"),
+        RequestRejected: from_engine_rejection,
+        ChatTemplateError: lambda exc: bad_request(
+            f"the chat template rejected these messages: {exc}", param="messages"
+        ),
+    }
+    for kind, convert in to_error.items():
+        app.add_exception_handler(kind, _handler(convert))
     app.add_exception_handler(Exception, _on_unexpected)

@@ -1,11 +1,9 @@
 """Anthropic's Messages API: POST /v1/messages (streamed or not) and /v1/messages/count_tokens.
 
-A translation over the chat pipeline: the body becomes a chat request (`anthropic/translate.py`), runs
-through `pipeline/chat_run`, and its answer becomes content blocks: `thinking` (from reasoning_content),
-`text`, `tool_use`; streamed as message_start, content_block_start / _delta (thinking_delta,
-text_delta, input_json_delta) / _stop, message_delta (stop_reason, usage) and message_stop.
-Every error, a refusal before the reply or a failure during a stream, is in Anthropic's envelope
-`{"type": "error", "error": {"type", "message"}}`. The `anthropic-version` header is accepted and
+A translation over the chat pipeline: the body becomes a chat request (`anthropic/translate.py`),
+runs through `pipeline/chat_run`, and its answer becomes content blocks (`thinking`, `text`,
+`tool_use`), or Anthropic's stream events for them. Every error, a refusal before the reply or a
+failure during a stream, is in Anthropic's envelope. The `anthropic-version` header is accepted and
 not checked; the key comes as `x-api-key` (auth.py).
 """
 
@@ -37,7 +35,7 @@ from outpost.api.pipeline.chat_run import (
     input_tokens,
     start_chat,
 )
-from outpost.api.pipeline.generation import failure
+from outpost.api.pipeline.generation import Outcome, failure
 from outpost.api.pipeline.sse import sse, sse_response, with_keepalive
 from outpost.api.record import record_of
 from outpost.api.state import ServerState, state_of
@@ -124,12 +122,13 @@ def stop_reason(ending: Ending) -> str:
     return "stop_sequence" if ending.stop_string is not None else "end_turn"
 
 
-def _usage(n_prompt: int, n_out: int, cached: int = 0) -> dict[str, Any]:
+def _usage(run: ChatRun, out: Outcome | None) -> dict[str, Any]:
     """Anthropic's counts: input_tokens are those read afresh, the cached ones are apart (their sum
     is the prompt), as its API reports them."""
+    cached = out.timings.cache_n if out else 0
     return {
-        "input_tokens": n_prompt - cached,
-        "output_tokens": n_out,
+        "input_tokens": len(run.gen.request.prompt_tokens) - cached,
+        "output_tokens": len(out.token_ids) if out else 0,
         "cache_read_input_tokens": cached,
         "cache_creation_input_tokens": 0,
     }
@@ -145,11 +144,7 @@ def _message(mid: str, run: ChatRun, content: list[dict[str, Any]], ending: Endi
         "content": content,
         "stop_reason": stop_reason(ending) if ending is not None else None,
         "stop_sequence": ending.stop_string if ending is not None else None,
-        "usage": _usage(
-            len(run.gen.request.prompt_tokens),
-            len(out.token_ids) if out else 0,
-            out.timings.cache_n if out else 0,
-        ),
+        "usage": _usage(run, out),
     }
 
 
@@ -172,17 +167,10 @@ class _Blocks:
             self.index += 1
             self.kind = kind
             self.has_text |= kind == "text"
-            start = (
-                {"type": "thinking", "thinking": "", "signature": ""}
-                if kind == "thinking"
-                else {"type": "text", "text": ""}
-            )
+            # kind is "thinking" or "text": the block's type and the name of its text field
+            start = {"type": kind, kind: "", **({"signature": ""} if kind == "thinking" else {})}
             out.append(event("content_block_start", index=self.index, content_block=start))
-        delta = (
-            {"type": "thinking_delta", "thinking": text}
-            if kind == "thinking"
-            else {"type": "text_delta", "text": text}
-        )
+        delta = {"type": f"{kind}_delta", kind: text}
         return [*out, event("content_block_delta", index=self.index, delta=delta)]
 
     def close(self) -> list[bytes]:
@@ -218,9 +206,7 @@ async def _stream(state: ServerState, request: Request, run: ChatRun, mid: str) 
                     yield chunk
                 record_of(request).add_outcome(piece.out, run.prompt, state.config.log_prompts)
                 delta = {"stop_reason": stop_reason(piece), "stop_sequence": piece.stop_string}
-                n_out, cached = len(piece.out.token_ids), piece.out.timings.cache_n
-                usage = _usage(len(run.gen.request.prompt_tokens), n_out, cached)
-                yield event("message_delta", delta=delta, usage=usage)
+                yield event("message_delta", delta=delta, usage=_usage(run, piece.out))
                 yield event("message_stop")
                 return
             for kind, text in (("thinking", piece.reasoning), ("text", piece.content)):

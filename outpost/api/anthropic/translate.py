@@ -1,12 +1,9 @@
 """An Anthropic Messages request body -> a `ChatCompletionRequest`.
 
-`system` (a string or text blocks) becomes the system message; user and assistant turns of text
-blocks become chat messages, `tool_use` blocks an assistant turn's tool calls and `tool_result`
-blocks tool messages; `thinking` blocks become the turn's `reasoning_content`, as llama-server
-converts them (the template decides what to show: Qwen3 replays the latest turn's, drops earlier).
-`tools` (name, description, input_schema), `tool_choice` (auto, any, tool, none), `stop_sequences`
-and the sampling fields map to their chat names. What cannot be served (images, documents, server
-tools) is an `AnthropicError` 400.
+Content blocks become chat messages (`tool_use` an assistant turn's tool calls, `tool_result` tool
+messages, `thinking` the turn's `reasoning_content`, as llama-server converts them: the template
+decides what to show); tools, tool_choice and the sampling fields map to their chat names. What
+cannot be served (images, documents, server tools) is an `AnthropicError` 400.
 """
 
 from __future__ import annotations

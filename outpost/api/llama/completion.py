@@ -25,7 +25,7 @@ from outpost.api.llama.schemas import (
     DEFAULT_SAMPLERS,
     SAMPLER_NAMES,
     NativeCompletionRequest,
-    NativePrompt,
+    prompt_pieces,
 )
 from outpost.api.pipeline import mapping
 from outpost.api.pipeline.generation import (
@@ -42,21 +42,7 @@ from outpost.messages import SamplingParams
 
 router = APIRouter()
 
-Piece = str | int
 NATIVE = mapping.Names("prompt", "n_predict")
-
-
-def _is_mixed(items: list[Any]) -> bool:
-    return any(isinstance(p, str) for p in items) and any(isinstance(p, int) for p in items)
-
-
-def prompt_pieces(prompt: NativePrompt) -> list[list[Piece]]:
-    """llama-server's reading of `prompt`: one prompt (text, ids, or text and ids mixed) or several."""
-    if isinstance(prompt, str):
-        return [[prompt]]
-    if all(isinstance(p, int) for p in prompt) or _is_mixed(prompt):
-        return [[p for p in prompt if not isinstance(p, list)]]
-    return [p if isinstance(p, list) else [p] for p in prompt]
 
 
 def _logit_bias(
@@ -155,10 +141,6 @@ def _slot(id_slot: int | None, backend: InferenceBackend) -> int:
     return id_slot
 
 
-def _budget(body: NativeCompletionRequest) -> int | None:
-    return body.n_predict if body.n_predict is not None else body.max_tokens
-
-
 @router.post("/completion", tags=["llama.cpp"])
 @router.post("/completions", include_in_schema=False)  # llama-server's: native too (OpenAI's is /v1's)
 async def completion(body: NativeCompletionRequest, request: Request) -> Response:
@@ -189,7 +171,7 @@ async def run(
     chain = _samplers(body)
     params = sampling(codec, body, chain, state.sampling_defaults)
     stop = mapping.stop_strings(body.stop)
-    requested = _budget(body)
+    requested = body.n_predict if body.n_predict is not None else body.max_tokens
     n_ctx = backend.n_ctx_seq  # no n_predict: what the context leaves, as llama-server
     slot = _slot(body.id_slot, backend)
     sub = Submission(

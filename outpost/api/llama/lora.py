@@ -1,10 +1,8 @@
 """llama-server's `GET /lora-adapters` and `POST /lora-adapters`: the loaded adapters, their scales.
 
-GET -> `[{"id", "path", "scale", "task_name", "prompt_prefix"}, ...]` (llama-server's fields; the
-last two are its GGUF metadata strings, empty here); POST `[{"id", "scale"}, ...]` -> the new
-server-wide scales (adapters not named: 0, as llama-server) and `{"success": true}`. A request's own
-`lora` list overrides them for that request (outpost/api/pipeline/mapping.py). An id that names no
-adapter is a 400 naming `lora`; a gateway answers 501 (its workers hold the adapters).
+POST sets the server-wide scales (adapters not named: 0, as llama-server); a request's own `lora`
+list overrides them for that request. An id that names no adapter is a 400 naming `lora`; a
+gateway answers 501 (its workers hold the adapters).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""llama-server's server-state routes: `GET /props`, `POST /props`, `GET /slots`.
+"""llama-server's server-state routes: `GET /props`, `POST /props`, `GET /slots`, in its shapes.
 
-`/props` carries what llama-server's web UI and scripts read: `default_generation_settings`
-(`n_ctx` and the sampling defaults as `params`), `total_slots`, `model_path`, `chat_template`,
-`modalities`, `build_info`, `bos_token`/`eos_token`. `POST /props` is llama-server's: without
-`--props` its 501; with it, `{"success": true}` for a JSON object, and no setting changes (llama-
-server's handler applies none of the fields either, "update any props here" is still a stub there).
-`/slots` (off with `--no-slots`: 501, as llama-server) lists the slots with whether each is busy:
-Outpost's scheduler places requests per step, so a slot's figures are the pool's (no per-slot
-prompt or task id).
+`POST /props` without `--props` is llama-server's 501; with it, `{"success": true}` for a JSON
+object and no setting changes (llama-server's handler applies none of the fields either). `/slots`
+(off with `--no-slots`: 501) lists the slots with whether each is busy: Outpost's scheduler places
+requests per step, so a slot's figures are the pool's (no per-slot prompt or task id).
 """
 
 from __future__ import annotations
@@ -20,6 +16,7 @@ from fastapi import APIRouter, Request
 import outpost
 from outpost.api.errors import bad_request
 from outpost.api.llama.infill import not_supported
+from outpost.api.llama.render import sampler_settings
 from outpost.api.llama.schemas import DEFAULT_SAMPLERS
 from outpost.api.state import ServerState, state_of
 from outpost.backend import InferenceBackend
@@ -29,19 +26,8 @@ router = APIRouter()
 
 def default_params(state: ServerState) -> dict[str, Any]:
     """The sampling settings a request without any gets: llama-server's with `--temp`, `-s`, `-n`."""
-    d = state.sampling_defaults
     return {
-        "n_predict": state.config.n_predict,
-        "seed": -1 if d.seed is None else d.seed,
-        "temperature": d.temperature,
-        "top_k": d.top_k,
-        "top_p": d.top_p,
-        "min_p": d.min_p,
-        "typical_p": d.typical_p,
-        "repeat_last_n": d.penalty_last_n,
-        "repeat_penalty": d.repeat_penalty,
-        "presence_penalty": d.presence_penalty,
-        "frequency_penalty": d.frequency_penalty,
+        **sampler_settings(state.sampling_defaults, state.config.n_predict),
         "n_probs": 0,
         "ignore_eos": False,
         "stream": False,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from outpost.api.llama.schemas import DEFAULT_SAMPLERS
+from outpost.api.openai.render import json_logprob, piece
 from outpost.api.pipeline.generation import Outcome
 from outpost.backend import PromptCodec
 from outpost.messages import FinishReason, GenerateRequest, PromptProgress, SamplingParams, TokenLogprob
@@ -44,18 +45,13 @@ def stop_type(out: Outcome, codec: PromptCodec, stop: tuple[str, ...]) -> tuple[
     return ("word", word) if word else ("eos", "")
 
 
-def _piece(codec: PromptCodec, token: int) -> tuple[str, list[int]]:
-    raw = codec.token_piece(token)
-    return raw.decode("utf-8", errors="replace"), list(raw)
-
-
 def _prob_entry(codec: PromptCodec, token: int, logprob: float, as_prob: bool) -> dict[str, Any]:
-    text, raw = _piece(codec, token)
+    text, raw = piece(codec, token)
     entry: dict[str, Any] = {"id": token, "token": text, "bytes": raw}
     if as_prob:
         entry["prob"] = math.exp(logprob) if math.isfinite(logprob) else 0.0
     else:
-        entry["logprob"] = logprob if math.isfinite(logprob) else -9999.0
+        entry["logprob"] = json_logprob(logprob)
     return entry
 
 
@@ -70,10 +66,10 @@ def probabilities(codec: PromptCodec, items: list[TokenLogprob], as_prob: bool) 
     return out
 
 
-def generation_settings(spec: NativeSpec) -> dict[str, Any]:
-    s = spec.sampling
+def sampler_settings(s: SamplingParams, n_predict: int) -> dict[str, Any]:
+    """The sampler's fields of llama-server's `generation_settings` (and of /props' `params`)."""
     return {
-        "n_predict": spec.n_predict,
+        "n_predict": n_predict,
         "seed": -1 if s.seed is None else s.seed,
         "temperature": s.temperature,
         "top_k": s.top_k,
@@ -84,6 +80,13 @@ def generation_settings(spec: NativeSpec) -> dict[str, Any]:
         "repeat_penalty": s.repeat_penalty,
         "presence_penalty": s.presence_penalty,
         "frequency_penalty": s.frequency_penalty,
+    }
+
+
+def generation_settings(spec: NativeSpec) -> dict[str, Any]:
+    s = spec.sampling
+    return {
+        **sampler_settings(s, spec.n_predict),
         "stop": list(spec.stop),
         "max_tokens": spec.n_predict,
         "n_probs": max(0, s.n_probs),

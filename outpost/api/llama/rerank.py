@@ -1,12 +1,9 @@
 """llama-server's reranking: `POST /rerank`, `/reranking`, `/v1/rerank`, `/v1/reranking`.
 
-HTTP -> `InferenceBackend.rerank(query, documents)` (one score per document from the server's
-rank-pooling model, `--reranking` / `--rerank-model`) -> llama-server's reply. Two request shapes,
-as llama-server tells them apart: Jina/Cohere (`query`, `documents`, `top_n`; reply `{model,
-object, usage, results: [{index, relevance_score}]}`, plus Jina's and Cohere's `document: {text}`
-when `return_documents` is true) and Hugging Face TEI (`query`, `texts`; reply a bare list of
-`{index, score}`, with `text` when `return_text`). Results are sorted by score, highest first,
-and cut to `top_n`. Documents may be strings or Cohere's `{"text": ...}` objects.
+HTTP -> `InferenceBackend.rerank(query, documents)` (the server's rank-pooling model, `--reranking` /
+`--rerank-model`) -> llama-server's reply, in the shape the request asks for as llama-server tells
+them apart: Jina/Cohere's (`documents`) or Hugging Face TEI's (`texts`). Results are sorted by
+score, highest first, and cut to `top_n`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """llama-server's router routes: POST /models/load and POST /models/unload (body `{"model": NAME}`),
-and the `status` each model card carries in GET /models (and /v1/models) on a server whose models load
-on demand (`--models-dir`, the store, `--sleep-idle-seconds`: outpost/serving/model_pool.py).
+and the `status` each model card carries in GET /models on a server whose models load on demand
+(`--models-dir`, the store, `--sleep-idle-seconds`: outpost/serving/model_pool.py).
 
-As llama-server: a load answers `{"success": true}` at once and the model loads behind it (GET /models
-says `loading`, then `loaded`, or `failed` with the reason); loading a model already loaded or
-unloading one that is not is a 400; an unknown model is a 404 on load and a 400 on unload. Unlike
-llama-server, a model with requests in flight is not unloaded under them: a 409.
+As llama-server: a load answers at once and the model loads behind it. Unlike llama-server, a
+model with requests in flight is not unloaded under them: a 409.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from outpost.api.errors import ApiError, bad_request
-from outpost.api.state import ServerState, state_of
+from outpost.api.state import state_of
 from outpost.backend import InferenceBackend, ManagedBackend
 
 router = APIRouter()
@@ -61,7 +59,12 @@ async def load(request: Request) -> dict[str, Any]:
     name, backend = await _managed(request, 404)
     if backend.status != "unloaded":
         raise bad_request(f"model {name!r} is already running", param="model")
-    _start_load(state_of(request), backend)
+    # The load runs behind the reply; its failure is the model's status, not this request's.
+    task = asyncio.ensure_future(backend.load())
+    background = state_of(request).background
+    background.add(task)
+    task.add_done_callback(background.discard)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
     return {"success": True}
 
 
@@ -79,11 +82,3 @@ async def unload(request: Request) -> dict[str, Any]:
             code="model_busy",
         )
     return {"success": True}
-
-
-def _start_load(state: ServerState, backend: ManagedBackend) -> None:
-    """The load runs behind the reply; its failure is the model's status, not this request's."""
-    task = asyncio.ensure_future(backend.load())
-    state.background.add(task)
-    task.add_done_callback(state.background.discard)
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())

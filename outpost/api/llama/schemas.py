@@ -1,20 +1,16 @@
 """llama-server's native request bodies (`POST /completion`), as its web UI and scripts send them.
 
-Field names and defaults are llama-server's (tools/server/server-task.cpp `params_from_json_cmpl`):
-`n_predict` (-1: until the context ends), `n_probs`, `samplers`, `logit_bias` as `[[id, bias]]`
-pairs or an object, `grammar` / `json_schema`, `id_slot` (the slot to run in), `return_progress`,
-`lora` (adapter scales).
-Fields Outpost has no use for (`cache_prompt`, `n_keep`, `timings_per_token`, ...) are accepted and
-documented.
+Field names and defaults are llama-server's (tools/server/server-task.cpp `params_from_json_cmpl`);
+fields Outpost has no use for (`cache_prompt`, `n_keep`, `timings_per_token`, ...) are accepted.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
-from outpost.api.pipeline.schemas import MAX_PROMPTS, MAX_STOP, Body, LoraList
+from outpost.api.pipeline.schemas import MAX_PROMPTS, Body, LoraList, check_stop
 
 # A prompt: text, token ids, text and ids mixed (one prompt), or a list of those (several prompts).
 PromptPiece = str | int
@@ -51,11 +47,14 @@ SAMPLER_NAMES = {
 }
 
 
-def _one_prompt(prompt: list[Any]) -> bool:
-    """Token ids, or text and ids mixed, are one prompt (llama-server's reading)."""
-    return all(isinstance(p, int) for p in prompt) or (
-        any(isinstance(p, str) for p in prompt) and any(isinstance(p, int) for p in prompt)
-    )
+def prompt_pieces(prompt: NativePrompt) -> list[list[PromptPiece]]:
+    """llama-server's reading of `prompt`: one prompt (text, ids, or text and ids mixed) or several."""
+    if isinstance(prompt, str):
+        return [[prompt]]
+    ids = [p for p in prompt if isinstance(p, int)]
+    if len(ids) == len(prompt) or (ids and any(isinstance(p, str) for p in prompt)):
+        return [[p for p in prompt if not isinstance(p, list)]]
+    return [p if isinstance(p, list) else [p] for p in prompt]
 
 
 class NativeCompletionRequest(Body):
@@ -68,7 +67,7 @@ class NativeCompletionRequest(Body):
     n_probs: int = Field(0, ge=0, le=100)
     post_sampling_probs: bool = False
     samplers: list[str] | str | None = None
-    stop: list[str] | str | None = None
+    stop: Annotated[list[str] | str | None, AfterValidator(check_stop)] = None
     temperature: float | None = Field(None, ge=0.0, le=100.0)
     top_k: int | None = Field(None, ge=-1, le=2**31 - 1)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
@@ -93,17 +92,10 @@ class NativeCompletionRequest(Body):
     timings_per_token: bool | None = None
     verbose: bool | None = None
 
-    @field_validator("stop")
-    @classmethod
-    def _stop_count(cls, stop: list[str] | str | None) -> list[str] | str | None:
-        if isinstance(stop, list) and len(stop) > MAX_STOP:
-            raise ValueError(f"at most {MAX_STOP} stop strings")
-        return stop
-
     @field_validator("prompt")
     @classmethod
     def _prompt_shape(cls, prompt: NativePrompt) -> NativePrompt:
-        if isinstance(prompt, list) and len(prompt) > MAX_PROMPTS and not _one_prompt(prompt):
+        if len(prompt_pieces(prompt)) > MAX_PROMPTS:
             raise ValueError(f"at most {MAX_PROMPTS} prompts per request")
         return prompt
 

@@ -1,12 +1,9 @@
 """llama-server's `POST /slots/{id}?action=save|restore|erase`: a slot's KV cache to a file and back.
 
-HTTP -> `SlotAction` on the backend (`InferenceBackend.slot_action`) -> llama-server's reply:
-save `{id_slot, filename, n_saved, n_written, timings.save_ms}`, restore `{id_slot, filename,
-n_restored, n_read, timings.restore_ms}`, erase `{id_slot, n_erased}`. A file name is checked as
-llama-server's `fs_validate_filename` checks it (no path separators, no "..", ...), so a request
-cannot reach outside `--slot-save-path`. Refusals: 501 without `--slot-save-path` (llama-server's)
-and through a gateway; 400 for an unknown slot, a bad name or file; 409 for a slot that is
-processing a request (llama-server defers the action until the slot is idle).
+A file name is checked as llama-server's `fs_validate_filename` checks it, so a request cannot reach
+outside `--slot-save-path`. Refusals: 501 without `--slot-save-path` (llama-server's) and through a
+gateway; 400 for an unknown slot, a bad name or file; 409 for a slot that is processing a request
+(llama-server defers the action until the slot is idle).
 """
 
 from __future__ import annotations

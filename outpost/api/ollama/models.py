@@ -2,12 +2,9 @@
 /api/pull and /api/delete.
 
 /api/tags lists the models served and those in the model store (outpost/models/store.py); /api/ps
-the models loaded now: on a server whose models load on demand (--models-dir, the store,
---sleep-idle-seconds) those loaded, each with when it unloads if idle (keepalive.py), else the one
-model, kept until the server stops.
-/api/pull runs `outpost pull` (hub, else package index) in a thread and streams Ollama's progress
-objects, the bytes read from the store's partial download; /api/delete removes a stored model that
-is not being served. A name not served and not stored is a 404 `model 'x' not found`.
+the models loaded now, each with when it unloads if idle (keepalive.py). /api/pull runs `outpost
+pull` in a thread and streams Ollama's progress objects; /api/delete removes a stored model that is
+not being served. A name not served and not stored is a 404 `model 'x' not found`.
 """
 
 from __future__ import annotations
@@ -15,16 +12,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 import outpost
 from outpost.api.errors import ApiError
-from outpost.api.ollama.translate import OllamaError, bad
+from outpost.api.ollama.translate import OllamaError, bad, error_response, guarded
 from outpost.api.pipeline.embed import embed
 from outpost.api.state import ServerState, state_of
 from outpost.backend import InferenceBackend, ManagedBackend
@@ -33,12 +30,6 @@ from outpost.models.store import Manifest, ModelStore
 router = APIRouter()
 NEVER = "9999-12-31T23:59:59Z"  # a model no timer unloads
 POLL_S = 0.25  # how often /api/pull reports the download's progress
-
-
-def _error(err: OllamaError | ApiError, model: str | None = None) -> JSONResponse:
-    if isinstance(err, ApiError):
-        err = OllamaError.of(err, model)
-    return JSONResponse({"error": err.message}, status_code=err.status, headers=err.headers)
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -77,8 +68,17 @@ def _stored(name: str) -> Manifest | None:
         return None
 
 
-def _size_label(n: int) -> str:
-    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+def _details(family: str, families: list[str] | None, n_params: int, quant: str) -> dict[str, Any]:
+    """Ollama's `details` of a model."""
+    size = f"{n_params / 1e9:.1f}B" if n_params >= 1e9 else f"{n_params / 1e6:.0f}M"
+    return {
+        "parent_model": "",
+        "format": "gguf",
+        "family": family,
+        "families": families,
+        "parameter_size": size,
+        "quantization_level": quant,
+    }
 
 
 def _served_entry(model_id: str, backend: InferenceBackend) -> dict[str, Any]:
@@ -86,33 +86,18 @@ def _served_entry(model_id: str, backend: InferenceBackend) -> dict[str, Any]:
     arch = str(facts.get("architecture") or "")
     path = facts.get("model_path")
     size = int(facts.get("size_bytes") or (Path(path).stat().st_size if path and Path(path).is_file() else 0))
-    details = {
-        "parent_model": "",
-        "format": "gguf",
-        "family": arch,
-        "families": [arch] if arch else None,
-        "parameter_size": _size_label(int(facts.get("n_params") or 0)),
-        "quantization_level": "",
-    }
+    details = _details(arch, [arch] if arch else None, int(facts.get("n_params") or 0), "")
     return {"name": model_id, "model": model_id, "size": size, "digest": "", "details": details}
 
 
 def _stored_entry(m: Manifest) -> dict[str, Any]:
-    details = {
-        "parent_model": "",
-        "format": "gguf",
-        "family": m.architecture,
-        "families": [m.architecture],
-        "parameter_size": _size_label(m.parameters),
-        "quantization_level": m.quant.upper(),
-    }
     return {
         "name": m.name,
         "model": m.name,
         "modified_at": m.pulled_at,
         "size": m.size,
         "digest": m.sha256,
-        "details": details,
+        "details": _details(m.architecture, [m.architecture], m.parameters, m.quant.upper()),
     }
 
 
@@ -162,17 +147,10 @@ async def _stored_or_404(name: str) -> Manifest:
     return stored
 
 
-async def _replied(work: Awaitable[JSONResponse]) -> JSONResponse:
-    try:
-        return await work
-    except OllamaError as err:
-        return _error(err)
-
-
 @router.post("/api/show", tags=["ollama"])
-async def show(request: Request) -> JSONResponse:
+async def show(request: Request) -> Response:
     """A served or stored model's details, chat template and capabilities."""
-    return await _replied(_show(request))
+    return await guarded(_show(request))
 
 
 async def _show(request: Request) -> JSONResponse:
@@ -228,7 +206,7 @@ async def embed_route(request: Request) -> JSONResponse:
             raise bad("input: must be a string or a non-empty list of strings")
         _, vectors, n_tokens = await embed(state_of(request), model, list(texts))
     except (OllamaError, ApiError) as err:
-        return _error(err, model)
+        return error_response(err, model)
     reply = {"model": model, "embeddings": vectors, "total_duration": time.monotonic_ns() - started}
     return JSONResponse(reply | {"load_duration": 0, "prompt_eval_count": n_tokens})
 
@@ -245,14 +223,14 @@ async def embeddings(request: Request) -> JSONResponse:
             raise bad("prompt: must be a string")
         _, vectors, _ = await embed(state_of(request), model, [prompt], param="prompt")
     except (OllamaError, ApiError) as err:
-        return _error(err, model)
+        return error_response(err, model)
     return JSONResponse({"embedding": vectors[0]})
 
 
 @router.delete("/api/delete", tags=["ollama"])
-async def delete(request: Request) -> JSONResponse:
+async def delete(request: Request) -> Response:
     """Remove a stored model; the one being served is refused (it stays served until restarted)."""
-    return await _replied(_delete(request))
+    return await guarded(_delete(request))
 
 
 async def _delete(request: Request) -> JSONResponse:
@@ -273,7 +251,7 @@ async def pull(request: Request) -> Any:
         body = await _body(request)
         name = _name(body)
     except OllamaError as err:
-        return _error(err)
+        return error_response(err)
     status = [200]  # what a reply that is not streamed says: a bad name 400, a failed download 500
     lines = _pull_progress(_bare(name), status)
     if body.get("stream", True) is not False:

@@ -1,25 +1,22 @@
 """Ollama's generating routes: POST /api/chat and /api/generate, NDJSON streamed unless `"stream": false`.
 
 A translation over the chat pipeline: the body becomes a chat request (`ollama/translate.py`), runs
-through `pipeline/chat_run`, and its parts become Ollama's objects: `message.content` /
-`message.thinking` (chat) or `response` / `thinking` (generate), one JSON object a line; the last
-has `done: true`, `done_reason` (stop, length), the token counts and the `*_duration`s in
-nanoseconds from the engine's own timings. Errors, before the reply or during a stream, are
-Ollama's `{"error": "..."}`. The model routes (/api/tags, show, ps, embed, ...) are in `models.py`.
+through `pipeline/chat_run`, and its parts become Ollama's objects, one JSON object a line; the last
+has `done: true`, the token counts and the durations from the engine's own timings. Errors, before
+the reply or during a stream, are Ollama's `{"error": "..."}`.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from outpost.api.errors import ApiError
 from outpost.api.ollama import models
 from outpost.api.ollama.keepalive import apply_keep_alive, keep_alive_seconds, load_or_unload
 from outpost.api.ollama.raw import start_raw
@@ -30,6 +27,7 @@ from outpost.api.ollama.translate import (
     chat_messages,
     chat_request,
     generate_messages,
+    guarded,
     parse,
     refuse_unserved,
 )
@@ -46,12 +44,6 @@ router.include_router(models.router)
 CHAT = Protocol("ollama", mapping.Names("messages", "num_predict"), most_choices=1)
 GENERATE = Protocol("ollama", mapping.Names("prompt", "num_predict"), most_choices=1)
 NDJSON = "application/x-ndjson"
-
-
-def error_response(err: OllamaError | ApiError) -> JSONResponse:
-    if isinstance(err, ApiError):
-        err = OllamaError.of(err)
-    return JSONResponse({"error": err.message}, status_code=err.status, headers=err.headers)
 
 
 def now() -> str:
@@ -104,27 +96,18 @@ def _generate_shape(thinking: str, content: str, ending: Ending | None) -> dict[
     return {"response": content, **({"thinking": thinking} if thinking else {})}
 
 
-async def _guarded(work: Awaitable[Response], model: str | None = None) -> Response:
-    try:
-        return await work
-    except OllamaError as err:
-        return error_response(err)
-    except ApiError as err:
-        return error_response(OllamaError.of(err, model))
-
-
 @router.post("/api/chat", tags=["ollama"])
 async def chat(request: Request) -> Response:
     """The next assistant message for `messages`, streamed as NDJSON unless `"stream": false`."""
     raw = await request.body()
-    return await _guarded(_chat(request, raw), _model_of(raw))
+    return await guarded(_chat(request, raw), _model_of(raw))
 
 
 @router.post("/api/generate", tags=["ollama"])
 async def generate(request: Request) -> Response:
     """A response to `prompt` (with `system`) under the model's chat template, streamed as NDJSON."""
     raw = await request.body()
-    return await _guarded(_generate(request, raw), _model_of(raw))
+    return await guarded(_generate(request, raw), _model_of(raw))
 
 
 def _model_of(raw: bytes) -> str | None:

@@ -1,19 +1,19 @@
 """Ollama's request bodies -> a `ChatCompletionRequest`, and Ollama's error envelope.
 
-`/api/chat`'s messages (tool calls with arguments as objects, `tool` turns naming the tool by
-`tool_name`) become chat messages; `/api/generate`'s `system` + `prompt` become a two-turn chat (the
-model's template applies, as Ollama does unless `raw`). `options` map to the sampler
-(`num_predict` -> max_tokens, -1 and -2 meaning what the context leaves); `format` "json" or a
-schema -> response_format; `think` -> the template's enable_thinking. What cannot be served
-(`images`, `suffix`, a `template` of the request's own, `context` without `raw`) is an `OllamaError`
-400; `raw` prompts are `raw.py`'s.
+`/api/chat`'s messages become chat messages; `/api/generate`'s `system` + `prompt` become a
+two-turn chat (the model's template applies, as Ollama does unless `raw`: `raw.py`). `options` map
+to the sampler, `format` to response_format, `think` to the template's enable_thinking. What cannot
+be served (`images`, `suffix`, a `template` of the request's own, `context` without `raw`) is an
+`OllamaError` 400.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
 from typing import Any
 
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from outpost.api.errors import ApiError
@@ -36,6 +36,21 @@ class OllamaError(Exception):
 
 def bad(message: str) -> OllamaError:
     return OllamaError(400, message)
+
+
+def error_response(err: OllamaError | ApiError, model: str | None = None) -> JSONResponse:
+    """`err` in Ollama's envelope; an unknown `model` is Ollama's 404 naming it."""
+    if isinstance(err, ApiError):
+        err = OllamaError.of(err, model)
+    return JSONResponse({"error": err.message}, status_code=err.status, headers=err.headers)
+
+
+async def guarded(work: Awaitable[Response], model: str | None = None) -> Response:
+    """`work`'s reply, or its refusal in Ollama's envelope."""
+    try:
+        return await work
+    except (OllamaError, ApiError) as err:
+        return error_response(err, model)
 
 
 class Options(BaseModel):

@@ -70,10 +70,7 @@ async def handle_chat(state: ServerState, body: ChatCompletionRequest, request: 
         return sse_response(chat_stream(gens, spec), gens)
     outs = await outcomes(state, request, gens, [run.prompt] * len(gens))
     choices = [_chat_choice(plan, i, out, codec, bool(body.logprobs)) for i, out in enumerate(outs)]
-    reply = render.chat_completion(rid, run.model_id, outs[0], codec, bool(body.logprobs))
-    reply["choices"] = choices
-    generated = sum(len(o.token_ids) for o in outs)
-    reply["usage"] = render.usage(outs[0].n_prompt, generated, outs[0].timings.cache_n)
+    reply = render.chat_completion(rid, run.model_id, choices, outs)
     if body.verbose:
         reply["__verbose"] = native_render.verbose(run.model_id, codec, gens[0].request, outs[0], run.prompt)
     return JSONResponse(reply)

@@ -35,12 +35,24 @@ def usage(n_prompt: int, n_completion: int, cached: int = 0) -> dict[str, Any]:
     }
 
 
-def _lp(value: float) -> float:
+def choices_usage(outs: list[Outcome]) -> dict[str, Any]:
+    """The usage of n choices of one prompt: the prompt counted once, as OpenAI counts them."""
+    return usage(outs[0].n_prompt, sum(len(o.token_ids) for o in outs), outs[0].timings.cache_n)
+
+
+def total_usage(outs: list[Outcome]) -> dict[str, Any]:
+    """The usage of several prompts' choices: every prompt counted."""
+    n_prompt, cached = sum(o.n_prompt for o in outs), sum(o.timings.cache_n for o in outs)
+    return usage(n_prompt, sum(len(o.token_ids) for o in outs), cached)
+
+
+def json_logprob(value: float) -> float:
     """A JSON-safe logprob: OpenAI's -9999.0 stands for -inf (a banned token)."""
     return value if math.isfinite(value) else -9999.0
 
 
-def _piece(codec: PromptCodec, token: int) -> tuple[str, list[int]]:
+def piece(codec: PromptCodec, token: int) -> tuple[str, list[int]]:
+    """A token's text (invalid UTF-8 replaced) and its raw bytes."""
     raw = codec.token_piece(token)
     return raw.decode("utf-8", errors="replace"), list(raw)
 
@@ -48,22 +60,24 @@ def _piece(codec: PromptCodec, token: int) -> tuple[str, list[int]]:
 def chat_logprobs(codec: PromptCodec, items: list[TokenLogprob]) -> dict[str, Any]:
     content = []
     for lp in items:
-        text, raw = _piece(codec, lp.token)
+        text, raw = piece(codec, lp.token)
         top = []
         for token, value in lp.top:
-            t_text, t_raw = _piece(codec, token)
-            top.append({"token": t_text, "logprob": _lp(value), "bytes": t_raw})
-        content.append({"token": text, "logprob": _lp(lp.logprob), "bytes": raw, "top_logprobs": top})
+            t_text, t_raw = piece(codec, token)
+            top.append({"token": t_text, "logprob": json_logprob(value), "bytes": t_raw})
+        content.append(
+            {"token": text, "logprob": json_logprob(lp.logprob), "bytes": raw, "top_logprobs": top}
+        )
     return {"content": content, "refusal": None}
 
 
 def completion_logprobs(codec: PromptCodec, items: list[TokenLogprob], offset: int = 0) -> dict[str, Any]:
     tokens, values, tops, offsets = [], [], [], []
     for lp in items:
-        text, _ = _piece(codec, lp.token)
+        text, _ = piece(codec, lp.token)
         tokens.append(text)
-        values.append(_lp(lp.logprob))
-        tops.append({_piece(codec, t)[0]: _lp(v) for t, v in lp.top})
+        values.append(json_logprob(lp.logprob))
+        tops.append({piece(codec, t)[0]: json_logprob(v) for t, v in lp.top})
         offsets.append(offset)
         offset += len(text)
     return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
@@ -80,19 +94,12 @@ def _head(obj: str, rid: str, model: str, created: int | None) -> dict[str, Any]
 
 
 def chat_completion(
-    rid: str,
-    model: str,
-    out: Outcome,
-    codec: PromptCodec,
-    with_logprobs: bool,
-    message: dict[str, Any] | None = None,
-    finish: str | None = None,
+    rid: str, model: str, choices: list[dict[str, Any]], outs: list[Outcome]
 ) -> dict[str, Any]:
-    """`message`/`finish`: the answer read for tool calls and reasoning (outpost/chat/output.py)."""
     reply = _head("chat.completion", rid, model, None)
-    reply["choices"] = [chat_choice(0, out, codec, with_logprobs, message, finish)]
-    reply["usage"] = usage(out.n_prompt, len(out.token_ids), out.timings.cache_n)
-    reply["timings"] = out.timings.as_dict()
+    reply["choices"] = choices
+    reply["usage"] = choices_usage(outs)
+    reply["timings"] = outs[0].timings.as_dict()
     return reply
 
 
@@ -125,10 +132,7 @@ def text_completion(
         }
         for i, out in enumerate(outs)
     ]
-    n_prompt = sum(o.n_prompt for o in outs)
-    reply["usage"] = usage(
-        n_prompt, sum(len(o.token_ids) for o in outs), sum(o.timings.cache_n for o in outs)
-    )
+    reply["usage"] = total_usage(outs)
     reply["timings"] = outs[0].timings.as_dict() if len(outs) == 1 else _sum_timings(outs)
     return reply
 

@@ -16,7 +16,6 @@ import functools
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 from outpost.api.openai import render
 from outpost.api.pipeline.chat_plan import ChatPlan
@@ -56,10 +55,11 @@ async def _chat_choices(gens: list[Generation], spec: StreamSpec) -> AsyncIterat
     streams = [_chat_stream(g, one, index=i, outs=outs) for i, g in enumerate(gens)]
     async for _, chunk in merge(streams):
         yield chunk
-    if spec.include_usage and len(outs) == len(gens):  # the prompt once, as OpenAI counts n choices
-        use = render.usage(outs[0].n_prompt, sum(len(o.token_ids) for o in outs), outs[0].timings.cache_n)
-        created, timings = int(time.time()), outs[0].timings.as_dict()
-        yield sse(render.usage_chunk("chat.completion.chunk", spec.rid, spec.model, created, use, timings))
+    if spec.include_usage and len(outs) == len(gens):
+        use, timings = render.choices_usage(outs), outs[0].timings.as_dict()
+        yield sse(
+            render.usage_chunk("chat.completion.chunk", spec.rid, spec.model, int(time.time()), use, timings)
+        )
     yield DONE
 
 
@@ -135,21 +135,11 @@ async def _completion_stream(gens: list[Generation], spec: StreamSpec) -> AsyncI
                 yield sse(render.text_chunk(spec.rid, spec.model, created, index, event.text, lp, reason))
         else:
             if spec.include_usage:
-                yield sse(_usage_chunk(spec, created, outs))
+                use, timings = render.total_usage(outs), outs[0].timings.as_dict()
+                yield sse(render.usage_chunk("text_completion", spec.rid, spec.model, created, use, timings))
     except Exception as exc:
         yield sse(failure(exc).body())
     finally:
         for prompt, out in zip(spec.prompts, outs, strict=False):
             spec.record.add_outcome(out, prompt, spec.log_prompts)
     yield DONE
-
-
-def _usage_chunk(spec: StreamSpec, created: int, outs: list[Outcome]) -> dict[str, Any]:
-    use = render.usage(
-        sum(o.n_prompt for o in outs),
-        sum(len(o.token_ids) for o in outs),
-        sum(o.timings.cache_n for o in outs),
-    )
-    return render.usage_chunk(
-        "text_completion", spec.rid, spec.model, created, use, outs[0].timings.as_dict()
-    )

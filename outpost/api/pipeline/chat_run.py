@@ -1,11 +1,9 @@
 """One chat request through the pipeline, for every API that speaks chat: start it, read its answer.
 
-`start_chat` is the chat completions handler's front half (the plan, the prompt tokens, the budget,
-admission) on a `ChatCompletionRequest`, which the Responses and Anthropic routes build from their
-own bodies. `answer_parts` reads the running generation as the chat output reader splits it:
-`Part`s of reasoning and content as they stream, then one `Ending` with the tool calls, the finish
-and the outcome; `collect` gathers the same for a reply that is not streamed. Each API then only
-translates these into its own events or objects.
+`start_chat` plans, tokenizes, budgets and submits a `ChatCompletionRequest` (which the Responses,
+Anthropic and Ollama routes build from their own bodies); `answer_parts` and `collect` read the
+answer as the chat output reader splits it, so each API only translates `Part`s and the `Ending`
+into its own events or objects.
 """
 
 from __future__ import annotations
@@ -113,44 +111,33 @@ async def start_chat(
     """Plan, tokenize, budget and submit `body`; refusals are ApiErrors before any reply byte, naming
     the fields as the protocol calls them."""
     names = protocol.names or mapping.Names("messages", _max_tokens(body)[1])
+    arrival = time.monotonic()
     try:
-        return await _start(state, body, request, protocol, names)
+        n = mapping.check_n(body.n, protocol.most_choices)
+        model_id, backend, plan = await plan_for(state, body)
+        codec = backend.codec
+        tokens = await asyncio.to_thread(mapping.prompt_tokens, codec, plan.prompt)
+        n_probs = (body.top_logprobs or 0) if body.logprobs else -1
+        sampling = plan.sampling(mapping.sampling_params(codec, body, n_probs, state.sampling_defaults))
+        stops = mapping.stop_strings(body.stop)
+        sub = Submission(
+            backend,
+            [tokens],
+            _max_tokens(body)[0],
+            state.config.default_max_tokens,
+            sampling,
+            stops,
+            names,
+            protocol.prefix,
+            choices=n,
+            spec=mapping.speculative(body),
+            lora=mapping.lora(body.lora),
+            arrival=arrival,
+        )
+        rid, gens = await submit(state, request, sub)
     except ApiError as err:
         err.param = names.rename(err.param)
         raise
-
-
-async def _start(
-    state: ServerState,
-    body: ChatCompletionRequest,
-    request: Request,
-    protocol: Protocol,
-    names: mapping.Names,
-) -> ChatRun:
-    arrival = time.monotonic()
-    n = mapping.check_n(body.n, protocol.most_choices)
-    model_id, backend, plan = await plan_for(state, body)
-    codec = backend.codec
-    tokens = await asyncio.to_thread(mapping.prompt_tokens, codec, plan.prompt)
-    n_probs = (body.top_logprobs or 0) if body.logprobs else -1
-    sampling = plan.sampling(mapping.sampling_params(codec, body, n_probs, state.sampling_defaults))
-    stops = mapping.stop_strings(body.stop)
-    default = state.config.default_max_tokens
-    sub = Submission(
-        backend,
-        [tokens],
-        _max_tokens(body)[0],
-        default,
-        sampling,
-        stops,
-        names,
-        protocol.prefix,
-        choices=n,
-        spec=mapping.speculative(body),
-        lora=mapping.lora(body.lora),
-        arrival=arrival,
-    )
-    rid, gens = await submit(state, request, sub)
     return ChatRun(model_id, backend, plan, gens[0], rid, plan.prompt, stops, gens)
 
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +17,6 @@ from outpost.api.pipeline.schemas import LoraField, ResponseFormat, SamplingFiel
 from outpost.backend import PromptCodec
 from outpost.messages import (
     ChatTemplateError,
-    GenerateRequest,
     LoraScales,
     SamplingParams,
     SpecRequest,
@@ -167,12 +164,7 @@ def grammar_for(fmt: ResponseFormat | None) -> str | None:
     schema = fmt.json_schema.json_schema if fmt.json_schema is not None else fmt.inline_schema
     if fmt.type == "json_schema" and schema is None:
         raise bad_request("response_format json_schema needs json_schema.schema", param="response_format")
-    if schema is None:
-        return str(grammar.JSON_GRAMMAR)
-    try:
-        return str(grammar.json_schema_to_grammar(schema))
-    except ValueError as exc:
-        raise bad_request(f"invalid JSON schema: {exc}", param="response_format") from exc
+    return str(grammar.JSON_GRAMMAR) if schema is None else schema_grammar(schema, "response_format")
 
 
 def gbnf(text: str, param: str = "grammar") -> str:
@@ -260,32 +252,3 @@ def speculative(body: SamplingFields) -> SpecRequest | None:
             f"speculative.n_min ({n_min}) exceeds speculative.n_max ({n_max})", param="speculative"
         )
     return SpecRequest(kind, n_max, n_min)
-
-
-def new_request_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex}"
-
-
-def generate_request(
-    tokens: list[int],
-    max_tokens: int,
-    sampling: SamplingParams,
-    stop: tuple[str, ...],
-    request_id: str,
-    timeout: float,
-    arrival: float | None = None,
-    spec: SpecRequest | None = None,
-    slot: int = -1,
-) -> GenerateRequest:
-    arrival = time.monotonic() if arrival is None else arrival
-    return GenerateRequest(
-        prompt_tokens=tokens,
-        max_tokens=max_tokens,
-        sampling=sampling,
-        stop=stop,
-        request_id=request_id,
-        deadline=arrival + timeout,
-        arrival_time=arrival,
-        speculative=spec,
-        slot=slot,
-    )

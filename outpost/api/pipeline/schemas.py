@@ -79,10 +79,20 @@ def _check_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
 Messages = Annotated[list[ChatMessage], AfterValidator(_check_messages)]
 
 
+def check_stop(stop: str | list[str] | None) -> str | list[str] | None:
+    if isinstance(stop, list) and len(stop) > MAX_STOP:
+        raise ValueError(f"at most {MAX_STOP} stop strings")
+    return stop
+
+
+Stop = Annotated[str | list[str] | None, AfterValidator(check_stop)]
+SpecType = Literal["none", "ngram-simple", "ngram-mod", "draft"]
+
+
 class SpeculativeFields(Body):
     """A request's own speculative decoding (outpost/scheduler/speculation.py)."""
 
-    type: Literal["none", "ngram-simple", "ngram-mod", "draft"] | None = None
+    type: SpecType | None = None
     n_max: int | None = Field(None, ge=0, le=256)
     n_min: int | None = Field(None, ge=0, le=256)
 
@@ -109,7 +119,7 @@ class SamplingFields(Body):
     n: int | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    stop: str | list[str] | None = None
+    stop: Stop = None
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
@@ -121,9 +131,7 @@ class SamplingFields(Body):
     ignore_eos: bool | None = False
     # Speculative decoding, as an object or with llama-server's flat keys ("speculative.n_max").
     speculative: SpeculativeFields | None = None
-    spec_type: Literal["none", "ngram-simple", "ngram-mod", "draft"] | None = Field(
-        None, alias="speculative.type"
-    )
+    spec_type: SpecType | None = Field(None, alias="speculative.type")
     spec_n_max: int | None = Field(None, ge=0, le=256, alias="speculative.n_max")
     spec_n_min: int | None = Field(None, ge=0, le=256, alias="speculative.n_min")
 
@@ -132,13 +140,6 @@ class SamplingFields(Body):
     return_progress: bool | None = None  # llama.cpp's: accepted; prompt progress is not reported
     verbose: bool | None = None  # llama.cpp's: the reply adds `__verbose`, the native result
     lora: LoraList | None = None  # llama.cpp's: this request's adapter scales (others: 0)
-
-    @field_validator("stop")
-    @classmethod
-    def _stop_count(cls, stop: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(stop, list) and len(stop) > MAX_STOP:
-            raise ValueError(f"at most {MAX_STOP} stop strings")
-        return stop
 
     @field_validator("logit_bias")
     @classmethod

@@ -1,10 +1,8 @@
 """Server-sent events, framed once for every streaming route: data lines, keep-alives, the response.
 
 `sse(obj)` is one `data:` event; `sse_response` is the streamed reply, which cancels its
-generations however it ends (the client hung up, the body raised, or it finished). While a stream
-waits (queued for a slot, or in a long prefill) `with_keepalive` sends an SSE comment,
-`: keep-alive`, every `interval` seconds without an event, so proxies and load balancers with idle
-timeouts keep it open; clients ignore comments (the SSE spec says so).
+generations however it ends; `with_keepalive` sends `: keep-alive` comments while a stream waits
+(queued, or in a long prefill), so proxies with idle timeouts keep it open.
 """
 
 from __future__ import annotations

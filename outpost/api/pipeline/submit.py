@@ -1,15 +1,14 @@
 """The pipeline's last steps, the same for every protocol: context and limits -> submit -> outcomes.
 
-A protocol turns its body into a `Submission` (prompt token lists, the budget asked for, sampler
-settings, stop strings, its field names); `submit` checks each prompt against the backend's context,
-builds one `GenerateRequest` per prompt and choice, and starts them all (admission refusals are
-ApiErrors before any reply byte). `outcomes` waits for a reply that is not streamed, records it,
-and raises the first failure through the one error mapping (`generation.outcome_error`).
+A protocol turns its body into a `Submission`; `submit` checks each prompt against the backend's
+context and starts one `GenerateRequest` per prompt and choice (admission refusals are ApiErrors
+before any reply byte); `outcomes` waits for a reply that is not streamed.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
@@ -19,7 +18,7 @@ from outpost.api.pipeline.generation import Generation, Outcome, outcome_error, 
 from outpost.api.record import record_of
 from outpost.api.state import ServerState
 from outpost.backend import InferenceBackend
-from outpost.messages import LoraScales, SamplingParams, SpecRequest
+from outpost.messages import GenerateRequest, LoraScales, SamplingParams, SpecRequest
 
 
 @dataclass
@@ -59,27 +58,25 @@ async def submit(state: ServerState, request: Request, sub: Submission) -> tuple
     ]
     if cfg.n_predict > 0:
         budgets = [min(b, cfg.n_predict) for b in budgets]
-    rid = mapping.new_request_id(sub.prefix)
+    rid = f"{sub.prefix}-{uuid.uuid4().hex}"
     record_of(request).id = rid
     total = len(sub.prompts) * sub.choices
     gens = []
     for i, (tokens, budget) in enumerate(zip(sub.prompts, budgets, strict=True)):
         for j in range(sub.choices):
-            sub_id = rid if total == 1 else f"{rid}-{i * sub.choices + j}"
-            params = mapping.choice_sampling(sub.sampling, j)
-            req = mapping.generate_request(
-                tokens,
-                budget,
-                params,
-                sub.stops,
-                sub_id,
-                cfg.request_timeout,
-                sub.arrival,
-                sub.spec,
-                sub.slot,
+            req = GenerateRequest(
+                prompt_tokens=tokens,
+                max_tokens=budget,
+                sampling=mapping.choice_sampling(sub.sampling, j),
+                stop=sub.stops,
+                request_id=rid if total == 1 else f"{rid}-{i * sub.choices + j}",
+                deadline=sub.arrival + cfg.request_timeout,
+                arrival_time=sub.arrival,
+                speculative=sub.spec,
+                slot=sub.slot,
+                progress=sub.progress,
+                lora=sub.lora,
             )
-            req.progress = sub.progress
-            req.lora = sub.lora
             gens.append(Generation(sub.backend, req, state.metrics, sub.names))
     await start_all(gens)
     return rid, gens

@@ -1,11 +1,8 @@
 """Responses API objects as plain dicts: the `response`, its output items, and the streamed events.
 
 `ResponseDraft` holds what the request asked (echoed in the response as OpenAI does) and turns an
-answer (reasoning, text, tool calls from `chat_run`) into output items: a `reasoning` item with
-`reasoning_text` content, a `message` item with one `output_text` part, one `function_call` item
-per call. `EventWriter` emits the stream the `openai` SDK's `responses.stream()` assembles:
-response.created / in_progress, then per item output_item.added, its deltas, its done events and
-output_item.done, and last response.completed (or .incomplete / .failed) with the whole response.
+answer from `chat_run` into output items (`reasoning`, `message`, `function_call`); `EventWriter`
+numbers and frames the events the `openai` SDK's `responses.stream()` assembles.
 """
 
 from __future__ import annotations

@@ -181,19 +181,13 @@ class _Output:
         index, done = len(self.items), call_item(call)
         self.items.append(done)
         args, where = done["arguments"], {"item_id": done["id"], "output_index": index}
-        out = [
-            self.w.event(
-                "response.output_item.added", output_index=index, item=call_item(call, "", "in_progress")
-            )
-        ]
+        started = call_item(call, "", "in_progress")
+        out = [self.w.event("response.output_item.added", output_index=index, item=started)]
         step = max(1, -(-len(args) // ARG_PIECES))
-        for at in range(0, len(args), step):
-            out.append(
-                self.w.event("response.function_call_arguments.delta", delta=args[at : at + step], **where)
-            )
-        out.append(
-            self.w.event("response.function_call_arguments.done", arguments=args, name=done["name"], **where)
-        )
+        for delta in (args[at : at + step] for at in range(0, len(args), step)):
+            out.append(self.w.event("response.function_call_arguments.delta", delta=delta, **where))
+        name = done["name"]
+        out.append(self.w.event("response.function_call_arguments.done", arguments=args, name=name, **where))
         out.append(self.w.event("response.output_item.done", output_index=index, item=done))
         return out
 
@@ -232,9 +226,6 @@ async def _stream(
                     for chunk in items.add_text(kind, text):
                         yield chunk
     except Exception as exc:
-        yield _failed(w, draft, items.items, failure(exc))
-
-
-def _failed(w: EventWriter, draft: ResponseDraft, output: list[dict[str, Any]], err: ApiError) -> bytes:
-    error = {"code": err.code or err.type, "message": err.worded()}
-    return w.event("response.failed", response=draft.response("failed", output, error=error))
+        err = failure(exc)
+        error = {"code": err.code or err.type, "message": err.worded()}
+        yield w.event("response.failed", response=draft.response("failed", items.items, error=error))

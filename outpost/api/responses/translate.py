@@ -1,10 +1,8 @@
 """A Responses API request body -> a `ChatCompletionRequest` (and the chat messages it stands for).
 
-`instructions` becomes the system message; `input` (a string, or items: messages, `function_call`
-items and their `function_call_output`s; reasoning items are dropped, as templates drop earlier
-thinking) becomes the chat history after the stored history of `previous_response_id`; function
-tools, `tool_choice`, `text.format` and the sampling fields map to their chat names. What cannot
-be served (images, hosted tools, item references) is a 400 naming the field.
+`instructions` becomes the system message and `input` the chat history after the stored history of
+`previous_response_id` (reasoning items are dropped, as templates drop earlier thinking). What
+cannot be served (images, hosted tools, item references) is a 400 naming the field.
 """
 
 from __future__ import annotations
