@@ -70,6 +70,13 @@ class Fleet:
         task.cancel()
         await asyncio.wait({task}, timeout=30)  # its end, never our own cancellation
 
+    async def holder(self, name: str, engine: FakeBackend, gateway: RemoteBackend) -> Worker:
+        """A worker holding SYSTEM in its KV (a first request placed on it), in every gateway's view."""
+        worker = await self.worker(name, engine)
+        await collect(await gateway.submit(req(prompt(0), max_tokens=2)))
+        await self.advertised(worker, 5)
+        return worker
+
     async def advertised(self, worker: Worker, min_blocks: int) -> None:
         await until(
             lambda: all(
@@ -165,9 +172,7 @@ def test_a_worker_killed_holding_a_lane_request_hands_it_over_exactly(rabbitmq: 
     async def main() -> None:
         async with fleet(rabbitmq) as f:
             gateway = await f.gateway()
-            holder = await f.worker("first", first)
-            await collect(await gateway.submit(req(prompt(0), max_tokens=2)))
-            await f.advertised(holder, 5)
+            await f.holder("first", first, gateway)
             await f.worker("second", second)
             seen: list[int] = []
             stream = await gateway.submit(req(prompt(1), max_tokens=60))
@@ -196,9 +201,7 @@ def test_a_stream_that_lost_its_lane_worker_resumes_before_the_queued_ones(rabbi
     async def main() -> None:
         async with fleet(rabbitmq) as f:
             gateway = await f.gateway()
-            holder = await f.worker("holder", holder_engine)
-            await collect(await gateway.submit(req(prompt(0), max_tokens=2)))
-            await f.advertised(holder, 5)
+            holder = await f.holder("holder", holder_engine, gateway)
             lane_request = req(prompt(1), max_tokens=30)
             seen: list[int] = []
             stream = await gateway.submit(lane_request)
@@ -229,6 +232,47 @@ def test_a_stream_that_lost_its_lane_worker_resumes_before_the_queued_ones(rabbi
             assert other_engine.started[2:] == [fresh[1].request_id, fresh[2].request_id]
 
     run(main())
+
+
+def test_a_worker_with_free_slots_submits_a_resumed_request_before_fresh_ones(rabbitmq: Any) -> None:
+    """A worker started after a lane's holder died takes the interrupted request (resume queue) and
+    two waiting ones (shared queue) at once; the fresh ones wait for its `resume?` answer, so the
+    interrupted one reaches the engine first (else they would, and could take the free slots)."""
+    n = len(prompt(1))
+    holder_engine = FakeBackend.counting(slots=1, step_s=0.005)
+    holder_engine.hold_at = n + 3
+    later_engine = FakeBackend.counting(slots=2, step_s=0.005)
+
+    async def main() -> None:
+        async with fleet(rabbitmq) as f:
+            gateway = await f.gateway()
+            holder = await f.holder("holder", holder_engine, gateway)
+            lane_request = req(prompt(1), max_tokens=30)
+            task = asyncio.ensure_future(collect(await gateway.submit(lane_request)))
+            await until(lambda: bool(holder_engine.holding), "the lane request mid-way")
+            fresh = [req([3, 4, i], max_tokens=3) for i in range(2)]
+            streams = [await gateway.submit(r) for r in fresh]
+            shared, resume = topology.request_queue(f.model), topology.resume_queue(f.model)
+            await until_ready(f, holder, shared, 2)  # both wait: the holder's only credit is busy
+            await f.kill("holder")
+            await until_ready(f, holder, resume, 1)  # the lane's request, dead-lettered there
+            await f.worker("later", later_engine)
+            await until(lambda: len(later_engine.started) == 3, "all three taken")
+            assert later_engine.started[0] == lane_request.request_id
+            events = await asyncio.wait_for(task, LIMIT_S)
+            assert tokens(events) == list(range(n, n + 30)), "no token repeated or missing"
+            for result in await asyncio.gather(*(collect(s) for s in streams)):
+                assert result[-1].finish_reason is FinishReason.LENGTH
+
+    run(main())
+
+
+async def until_ready(f: Fleet, holder: Worker, queue: str, n: int) -> None:
+    for _ in range(1500):  # bounded: 30 s
+        if (await _ready(f, holder))[queue] == n:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never {n} ready in {queue}: {await _ready(f, holder)}")
 
 
 async def _ready(f: Fleet, holder: Worker) -> dict[str, int]:

@@ -129,14 +129,14 @@ class Intake:
     async def start(self, resume: AbstractQueue | None = None, on_resume: Handle | None = None) -> None:
         """Consume with every credit; and `resume` (a queue on a channel of its own) `slots` at a
         time, each delivery handed to `on_resume`."""
-        await self._channel.set_qos(prefetch_count=1)  # per consumer: each credit holds one
-        for credit in self.plan.credits:
-            await self._consume(credit)
-        if resume is not None and on_resume is not None:
+        if resume is not None and on_resume is not None:  # first: what waits there is delivered first
             await resume.channel.set_qos(prefetch_count=len(self.plan.credits))
             self._resume = resume
             consume = functools.partial(self._on_resume, on_resume)
             self._resume_tag = await resume.consume(consume, timeout=RPC_TIMEOUT_S)
+        await self._channel.set_qos(prefetch_count=1)  # per consumer: each credit holds one
+        for credit in self.plan.credits:
+            await self._consume(credit)
 
     async def stop(self) -> None:
         """No new deliveries; what is held runs on (see `tasks`)."""

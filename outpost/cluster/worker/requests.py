@@ -84,11 +84,23 @@ class BackendRequests:
                 return
             await asyncio.sleep(0.01)
 
-    async def generate(self, request: GenerateRequest, send: SendBatch, attempt: int, seq: int) -> TokenEvent:
-        """Run `request`, replying a batch per engine step through `send`; returns its final event."""
+    async def generate(
+        self,
+        request: GenerateRequest,
+        send: SendBatch,
+        attempt: int,
+        seq: int,
+        submitted: Callable[[], None] | None = None,
+    ) -> TokenEvent:
+        """Run `request`, replying a batch per engine step through `send`; returns its final event.
+        `submitted` is called once the backend has it (or refused it)."""
         rid = request.request_id
         try:
-            stream = await self.backend.submit(request)
+            try:
+                stream = await self.backend.submit(request)
+            finally:
+                if submitted is not None:
+                    submitted()
         except (QueueFull, RequestRejected, RuntimeError) as exc:
             # Too long for this worker's context (a gateway that had not seen it yet): serve's 400.
             # Not now (its model could not load within the pool's wait): serve's 503 + Retry-After.

@@ -12,6 +12,7 @@ A request on the resume queue that never started (a lane's spill) is sent on to 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 import uuid
@@ -32,6 +33,33 @@ RESUME_RETRY_S = 1.0  # asked again this often: answered within about a second o
 
 class ResumeUnanswered(Exception):
     """A gateway took the resume query but sent no answer: the request goes back to the broker."""
+
+
+class ResumesFirst:
+    """Holds a worker's fresh requests back while requests it is resuming have not reached its
+    engine yet (their `resume?` is a round trip): the interrupted ones take the free slots first.
+    A fresh request waits at most RESUME_TIMEOUT_S, a question's own bound."""
+
+    def __init__(self) -> None:
+        self._open: set[str] = set()
+        self._none = asyncio.Event()
+        self._none.set()
+
+    def hold(self, rid: str) -> None:
+        self._open.add(rid)
+        self._none.clear()
+
+    def release(self, rid: str) -> None:
+        """`rid` is in the engine, or will not be resumed here (idempotent)."""
+        self._open.discard(rid)
+        if not self._open:
+            self._none.set()
+
+    async def settled(self) -> None:
+        if self._none.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._none.wait(), RESUME_TIMEOUT_S)
 
 
 def continued(request: GenerateRequest, sent: list[int]) -> GenerateRequest:

@@ -40,7 +40,7 @@ import socket
 import time
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
@@ -57,6 +57,7 @@ from outpost.cluster.worker.intake import LANE, SHARED, Intake
 from outpost.cluster.worker.outbox import Outboxes
 from outpost.cluster.worker.requests import BackendRequests, final_without_running
 from outpost.cluster.worker.resume import (
+    ResumesFirst,
     ResumeUnanswered,
     ask_resume,
     continued,
@@ -65,6 +66,7 @@ from outpost.cluster.worker.resume import (
     park,
 )
 from outpost.cluster.worker.served import ServedModel
+from outpost.messages import GenerateRequest
 
 if TYPE_CHECKING:
     from outpost.tracing import Tracer
@@ -104,6 +106,7 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self._cancels = CancelMemory()
         self._resumes: dict[str, asyncio.Future[wire.ResumeState]] = {}
+        self._first = ResumesFirst()
         self._draining = False
         self.completed = 0
         self._watches: list[asyncio.Future[None]] = []
@@ -308,6 +311,7 @@ class Worker:
             self._held -= held
 
     async def _serve(self, m: ServedModel, message: AbstractIncomingMessage, resumed: bool = False) -> None:
+        """One request message: `resumed` when it came from the resume queue."""
         try:
             fields = wire.loads(message.body, ("request", "embed"))  # parsed once: kind, request, flags
             request = None if fields["kind"] == "embed" else wire.decode_request(fields)
@@ -319,43 +323,68 @@ class Worker:
             await embed.answer(message, m.backend.embed, self._pub.default_exchange)
             self.completed += 1
             return
-        reply_to = message.reply_to
         rid = request.request_id
-        if reply_to is None or self._cancels.take_cancelled(rid):
+        if message.reply_to is None or self._cancels.take_cancelled(rid):
             await message.ack()
             return
-        attempt, seq = 0, 0
-        resumes = may_have_started(message) or wire.was_resubmitted(fields)
-        if resumed and not resumes and await self._pass_on(m, message, message.body):
+        if may_have_started(message) or wire.was_resubmitted(fields):
+            self._first.hold(rid)
+            try:
+                await self._resume(m, message, fields, request, resumed)
+            finally:
+                self._first.release(rid)
+            return
+        if resumed and await self._pass_on(m, message, message.body):
             return  # a lane's request that spilled unstarted: it waits its turn with the others
-        if not resumes and self._cancels.superseded(rid):
+        if self._cancels.superseded(rid):
             await message.ack()  # a first copy whose request was resumed elsewhere meanwhile
             return
-        if resumes:
-            state = await self._ask_resume(rid, reply_to)
-            if state is None:
-                await self._park(message, rid, reply_to)
-                return
-            if state.gone:
-                _log.warning(
-                    "worker %s: dropping redelivered %s: its gateway has it no more (finished, or its "
-                    "client left)",
-                    self.worker_id,
-                    rid,
-                )
-                await message.ack()
-                return
-            if (
-                resumed
-                and not state.token_ids
-                and await self._pass_on(m, message, wire.as_resubmitted(fields))
-            ):
-                return  # it had streamed nothing: not interrupted, it waits its turn with the others
-            attempt, seq = state.attempt, state.seq
-            request = continued(request, state.token_ids)
-            _log.warning("worker %s: resuming %s after %d tokens", self.worker_id, rid, len(state.token_ids))
+        await self._first.settled()  # interrupted requests being asked about here go to the engine first
+        await self._run(m, message, fields, request, 0, 0)
+
+    async def _resume(
+        self,
+        m: ServedModel,
+        message: AbstractIncomingMessage,
+        fields: dict[str, Any],
+        request: GenerateRequest,
+        resumed: bool,
+    ) -> None:
+        """A request some worker may have started: continue it from what its client already has."""
+        rid, reply_to = request.request_id, message.reply_to
+        assert reply_to is not None
+        state = await self._ask_resume(rid, reply_to)
+        if state is None:
+            await self._park(message, rid, reply_to)
+            return
+        if state.gone:
+            _log.warning(
+                "worker %s: dropping redelivered %s: its gateway has it no more (finished, or its "
+                "client left)",
+                self.worker_id,
+                rid,
+            )
+            await message.ack()
+            return
+        if resumed and not state.token_ids and await self._pass_on(m, message, wire.as_resubmitted(fields)):
+            return  # it had streamed nothing: not interrupted, it waits its turn with the others
+        request = continued(request, state.token_ids)
+        _log.warning("worker %s: resuming %s after %d tokens", self.worker_id, rid, len(state.token_ids))
+        await self._run(m, message, fields, request, state.attempt, state.seq)
+
+    async def _run(
+        self,
+        m: ServedModel,
+        message: AbstractIncomingMessage,
+        fields: dict[str, Any],
+        request: GenerateRequest,
+        attempt: int,
+        seq: int,
+    ) -> None:
+        """Run `request` on the model's backend, reply per step, and ack it once it has ended."""
+        rid, reply_to = request.request_id, message.reply_to
+        assert reply_to is not None and m.requests is not None
         requests = m.requests
-        assert requests is not None
         await requests.end_stale_copy(rid)
         final = final_without_running(request)
         if final is not None:
@@ -363,7 +392,8 @@ class Worker:
         else:
             with self._outboxes.open(reply_to) as box:
                 send = box.send if wire.reads_bundles(fields) else functools.partial(self._reply, reply_to)
-                final = await requests.generate(request, send, attempt, seq)
+                submitted = functools.partial(self._first.release, rid)
+                final = await requests.generate(request, send, attempt, seq, submitted)
             if requests.take_orphaned(rid):
                 await self._park(message, rid, reply_to)
                 return
