@@ -124,7 +124,6 @@ class Intake:
         self._moves = 0
         self._resume: AbstractQueue | None = None
         self._resume_tag: str | None = None
-        self.resuming = 0  # held from the resume queue, beside the credits' `held`
 
     async def start(self, resume: AbstractQueue | None = None, on_resume: Handle | None = None) -> None:
         """Consume with every credit; and `resume` (a queue on a channel of its own) `slots` at a
@@ -229,14 +228,9 @@ class Intake:
     async def _on_resume(self, handle: Handle, message: AbstractIncomingMessage) -> None:
         if self._stopping:
             return  # not acked: the broker gives it to another worker when this channel closes
-        self.resuming += 1
         task = asyncio.ensure_future(handle(message))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-        task.add_done_callback(self._resumed)
-
-    def _resumed(self, _: object) -> None:
-        self.resuming -= 1
 
     async def _run(self, credit: Credit, message: AbstractIncomingMessage) -> None:
         try:
