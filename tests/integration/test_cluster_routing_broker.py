@@ -18,7 +18,7 @@ from typing import Any
 import aio_pika
 import pytest
 from fake_backend import FakeBackend
-from test_cluster_broker import LIMIT_S, collect, queue_depth, run, tokens, until
+from test_cluster_broker import LIMIT_S, collect, run, tokens, until
 
 from outpost.cluster.broker import topology
 from outpost.cluster.gateway.link import GatewayLink
@@ -212,11 +212,7 @@ def test_a_stream_that_lost_its_lane_worker_resumes_before_the_queued_ones(rabbi
             fresh = [req([3, 4, i], max_tokens=3) for i in range(3)]
             streams = [await gateway.submit(r) for r in fresh]
             await until(lambda: bool(other_engine.holding), "the other worker's slot busy")
-            for _ in range(1500):  # bounded: 30 s, until both wait in the shared queue
-                if await queue_depth(gateway) == 2:
-                    break
-                await asyncio.sleep(0.02)
-            assert await queue_depth(gateway) == 2
+            await until_ready(f, holder, topology.request_queue(f.model), 2)  # both wait there
             await f.kill("holder")
             rid = lane_request.request_id
             try:
@@ -268,7 +264,8 @@ def test_a_worker_with_free_slots_submits_a_resumed_request_before_fresh_ones(ra
 
 
 async def until_ready(f: Fleet, holder: Worker, queue: str, n: int) -> None:
-    for _ in range(1500):  # bounded: 30 s
+    """Until `n` messages are ready in `queue`: a broker count polled every 20 ms, at most 30 s."""
+    for _ in range(1500):
         if (await _ready(f, holder))[queue] == n:
             return
         await asyncio.sleep(0.02)
