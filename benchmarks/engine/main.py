@@ -157,11 +157,14 @@ def llama_batched_bench(
     layout: str,
     env: dict[str, str],
     unified: bool = False,
+    widths: tuple[int, ...] = PARALLEL,
 ) -> dict[str, float] | None:
-    """llama.cpp's own aggregate decode tok/s at 1, 2, 4, 8 sequences (its S_TG), same depth; a KV
+    """llama.cpp's own aggregate decode tok/s at `widths` sequences (its S_TG), same depth; a KV
     stream per sequence (its default) or one pool (-kvu), as Outpost's run it is compared with."""
-    cmd = [binary, "-m", str(model), "-t", str(threads), "-tb", str(threads), "-c", str(BATCHED_KV_CELLS)]
-    cmd += ["-b", "512", "-ub", "512", "-npp", str(depth), "-ntg", str(n), "-npl", "1,2,4,8", "-fa", fa]
+    cells = max(BATCHED_KV_CELLS, 1024 * max(widths))
+    cmd = [binary, "-m", str(model), "-t", str(threads), "-tb", str(threads), "-c", str(cells)]
+    npl = ",".join(str(w) for w in widths)
+    cmd += ["-b", "512", "-ub", "512", "-npp", str(depth), "-ntg", str(n), "-npl", npl, "-fa", fa]
     cmd += ["--repack" if layout == "repacked" else "--no-repack", "--output-format", "jsonl"]
     cmd += ["-kvu"] if unified else []
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)

@@ -6,6 +6,7 @@ decides, the executor (`ModelRunner`) only translates into llama.cpp calls. It r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -92,12 +93,16 @@ class ModelRunner:
                 self.samplers[chunk.seq_id].detach(self.model.ctx)
         self.model.apply_lora(out.lora)  # per context: a step holds one group's settings
         outputs = self.batch.fill(chunks)
+        started = time.perf_counter()
         status = int(llama.llama_decode(self.model.ctx, self.batch.struct))
+        decode_s = time.perf_counter() - started
         if status != 0:
-            return RunnerOutput(decode_status=status, error=_decode_error(status))
+            return RunnerOutput(decode_status=status, error=_decode_error(status), decode_s=decode_s)
         if not (self._speculating and (out.draft_asks or any(c.n_draft for c in chunks))):
-            return RunnerOutput(sampled=self._sample(outputs))
-        return self._verify_and_draft(out, outputs)
+            return RunnerOutput(sampled=self._sample(outputs), decode_s=decode_s)
+        result = self._verify_and_draft(out, outputs)
+        result.decode_s = decode_s
+        return result
 
     def _verify_and_draft(self, out: SchedulerOutput, outputs: dict[int, int]) -> RunnerOutput:
         """Speculative decoding's step (outpost/engine/speculate.py), drafts for the next one."""

@@ -131,3 +131,4 @@ class RunnerOutput:
     # Chunks with a draft: seq_id -> the accepted draft tokens, then the token sampled after them.
     runs: dict[int, list[SampledToken]] = field(default_factory=dict)
     drafts: dict[int, list[int]] = field(default_factory=dict)  # answers to DraftAsks, by seq_id
+    decode_s: float = 0.0  # seconds in llama_decode (the engine's step profile reports it)

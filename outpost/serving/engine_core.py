@@ -25,6 +25,7 @@ from typing import Protocol, TypeVar
 from outpost.messages import FinishReason, GenerateRequest, TokenEvent
 from outpost.scheduler import Scheduler
 from outpost.scheduler.output import RunnerOutput, SchedulerOutput
+from outpost.serving.step_profile import profile_from_env
 
 _log = logging.getLogger(__name__)
 
@@ -106,6 +107,7 @@ class EngineCore:
         self.steps = 0
         self.decodes = 0  # steps that decoded (llama-server's n_decode)
         self.busy_slot_steps = 0  # sequences in those decodes, summed (llama-server's n_busy_slots)
+        self._profile = profile_from_env()
         built: Future[None] = Future()
         self._thread = threading.Thread(
             target=self._run, args=(build, built), name="outpost-engine", daemon=True
@@ -168,6 +170,8 @@ class EngineCore:
             built.set_exception(exc)
             return
         built.set_result(None)
+        if self._profile is not None:
+            self._profile.bind()
         try:
             self._runner.warmup()  # on this thread: the only one that ever drives llama.cpp
             while not self._stopping:
@@ -179,9 +183,12 @@ class EngineCore:
             self._fail_all("engine loop crashed; see the server log")
         finally:
             self._close_native()
+            if self._profile is not None:
+                self._profile.close()
 
     def _step(self) -> bool:
         """One schedule -> execute -> update round; False when there was nothing to do."""
+        start = time.perf_counter()
         with self._lock:
             if not self.scheduler.has_work():
                 return False
@@ -189,7 +196,9 @@ class EngineCore:
             if out.chunks:
                 self.decodes += 1
                 self.busy_slot_steps += len({c.seq_id for c in out.chunks})
+        scheduled = time.perf_counter()
         result = self._execute(out)
+        executed = time.perf_counter()
         if self.step_delay and out.chunks:
             time.sleep(self.step_delay)  # the debug pacing knob (see STEP_DELAY_ENV); outside the lock
         with self._lock:
@@ -198,6 +207,7 @@ class EngineCore:
             for event in events:
                 if event.finished:
                     self._sinks.pop(event.request_id, None)
+        updated = time.perf_counter()
         self.steps += 1
         # No yield to the woken consumers here: they take the GIL while the next llama_decode
         # runs (it releases the GIL). Handing it over first (time.sleep(0)) cost time on every step
@@ -205,6 +215,9 @@ class EngineCore:
         for sink, event in sinks:
             if sink is not None:
                 sink(event)
+        if self._profile is not None and out.chunks:
+            marks = (start, scheduled, executed, updated, time.perf_counter())
+            self._profile.record(out, result.decode_s, marks)
         return True
 
     def _execute(self, out: SchedulerOutput) -> RunnerOutput:
