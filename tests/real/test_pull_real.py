@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2e.server_harness import free_port
+from e2e.server_harness import TIMEOUT_SCALE, free_port
 
 from outpost.models.catalog import SMOLLM2_135M_INDEX
 
@@ -29,7 +29,7 @@ def _outpost(env: dict[str, str], home: Path, *args: str) -> subprocess.Complete
         [*OUTPOST, *args],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=300 * TIMEOUT_SCALE,
         env={**env, "OUTPOST_HOME": str(home)},
         stdin=subprocess.DEVNULL,
     )
@@ -76,7 +76,8 @@ def test_make_serve_offline_answers_in_language(offline_env: dict[str, str], tmp
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         try:
-            deadline = time.monotonic() + 240  # a 98 MB pull, then the model's load
+            wait = 240 * TIMEOUT_SCALE  # a 98 MB pull, then the model's load
+            deadline = time.monotonic() + wait
             while time.monotonic() < deadline:
                 assert proc.poll() is None, "server exited"
                 try:
@@ -86,16 +87,18 @@ def test_make_serve_offline_answers_in_language(offline_env: dict[str, str], tmp
                     pass
                 time.sleep(0.2)
             else:
-                raise AssertionError("not serving within 240 s")
+                raise AssertionError(f"not serving within {wait:g} s")
             question = [
                 {"role": "system", "content": "You are a helpful assistant"},
                 {"role": "user", "content": "Name the capital of France."},
             ]
             body = {"messages": question, "max_tokens": 32, "temperature": 0}
-            r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=120)
+            r = httpx.post(
+                f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=120 * TIMEOUT_SCALE
+            )
         finally:
             proc.terminate()
-            proc.wait(timeout=60)
+            proc.wait(timeout=60 * TIMEOUT_SCALE)
         err.seek(0)
         log = err.read()
     assert r.status_code == 200, r.text

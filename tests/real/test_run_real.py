@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from e2e.server_harness import TIMEOUT_SCALE
 from llama_reference import Reference, first_difference
 from real_server import serve
 
@@ -31,7 +32,11 @@ DOCUMENT = Path(__file__).parent.parent / "data" / "lighthouse-report.txt"
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*OUTPOST, "run", *args], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+        [*OUTPOST, "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=300 * TIMEOUT_SCALE,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -84,7 +89,7 @@ def test_gemma3_completes_text_as_llama_does(real_gemma3: Path) -> None:
     assert min(gaps) > MARGIN, [round(g, 2) for g in gaps]
     with serve(real_gemma3, "-np", "1", "-c", "1024", "--no-prefix-cache") as server:
         body = {"prompt": prompt, "temperature": 0, "max_tokens": 16}
-        r = httpx.post(f"{server.url}/v1/completions", json=body, timeout=300)
+        r = httpx.post(f"{server.url}/v1/completions", json=body, timeout=300 * TIMEOUT_SCALE)
         assert r.status_code == 200, r.text
         got = r.json()["choices"][0]["text"]
         assert got == want.text, first_difference(got, want.text)
@@ -92,7 +97,7 @@ def test_gemma3_completes_text_as_llama_does(real_gemma3: Path) -> None:
         chat = httpx.post(
             f"{server.url}/v1/chat/completions",
             json={"messages": [{"role": "user", "content": "hi"}]},
-            timeout=60,
+            timeout=60 * TIMEOUT_SCALE,
         )
         assert chat.status_code == 400, chat.text
         assert "no chat template" in chat.json()["error"]["message"]
