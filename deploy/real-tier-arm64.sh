@@ -10,7 +10,9 @@
 # Environment: QEMU_CPU (neoverse-n1: the arm64-n1 build; max,sve-default-vector-length=32: arm64-sve-i8mm),
 #   OUTPOST_TEST_IMAGE_ARM64 (outpost:VERSION-arm64, built by ARCH=arm64 deploy/image.sh if absent),
 #   OUTPOST_TEST_MODELS (~/.cache/outpost-test-models: the real models, shared with the host's runs),
-#   PODMAN_RUN_ARGS (extra `podman run` arguments, e.g. --cpuset-cpus=1 on a shared machine).
+#   PODMAN_RUN_ARGS (extra `podman run` arguments, e.g. --cpuset-cpus=1 on a shared machine),
+#   OUTPOST_TEST_TIMEOUT_SCALE (6: the tier's waits x6; on one core give 12: the summarize test's
+#   summaries, two at a time, then take ~40 min each, ~19 min alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
