@@ -36,8 +36,8 @@ def keep_alive_seconds(value: str | int | float | None) -> float | None:
     return sign * sum(float(n) * _UNITS[u] for n, u in parts)
 
 
-def apply_keep_alive(backend: InferenceBackend, seconds: float | None) -> None:
-    """The request's keep_alive for its model, from the end of this request on."""
+def apply_keep_alive(backend: InferenceBackend | None, seconds: float | None) -> None:
+    """The request's keep_alive for its model (None: not served here), from the end of this request on."""
     if seconds is not None and isinstance(backend, ManagedBackend):
         backend.keep_for(seconds)
 

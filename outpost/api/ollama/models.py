@@ -61,15 +61,13 @@ def served(state: ServerState, name: str) -> tuple[str, InferenceBackend] | None
 
 
 def _stored(name: str) -> Manifest | None:
-    store = ModelStore()
     try:
-        return store.resolve(_bare(name))
+        return ModelStore().resolve(_bare(name))
     except ValueError:
         return None
 
 
 def _details(family: str, families: list[str] | None, n_params: int, quant: str) -> dict[str, Any]:
-    """Ollama's `details` of a model."""
     size = f"{n_params / 1e9:.1f}B" if n_params >= 1e9 else f"{n_params / 1e6:.0f}M"
     return {
         "parent_model": "",
@@ -129,14 +127,11 @@ def _expires_at(backend: InferenceBackend) -> str:
 @router.get("/api/ps", tags=["ollama"])
 async def ps(request: Request) -> dict[str, Any]:
     """The models loaded now, each with when it unloads if it stays idle."""
-    state = state_of(request)
-    loaded = []
-    for model_id, backend in state.backends.items():
-        if isinstance(backend, ManagedBackend) and backend.status != "loaded":
-            continue
-        entry = _served_entry(model_id, backend)
-        fields = {"expires_at": _expires_at(backend), "size_vram": 0, "context_length": backend.n_ctx_seq}
-        loaded.append({**entry, **fields})
+    loaded = [
+        {**_served_entry(m, b), "expires_at": _expires_at(b), "size_vram": 0, "context_length": b.n_ctx_seq}
+        for m, b in state_of(request).backends.items()
+        if not isinstance(b, ManagedBackend) or b.status == "loaded"
+    ]
     return {"models": loaded}
 
 
@@ -155,38 +150,39 @@ async def show(request: Request) -> Response:
 
 async def _show(request: Request) -> JSONResponse:
     name = _name(await _body(request))
-    state = state_of(request)
-    found = served(state, name)
+    found = served(state_of(request), name)
     if found is not None:
-        return JSONResponse(_show_served(state, *found))
+        return JSONResponse(_show_served(*found))
     stored = await _stored_or_404(name)
-    info = {"general.architecture": stored.architecture, "general.parameter_count": stored.parameters}
-    if stored.context_length:
-        info[f"{stored.architecture}.context_length"] = stored.context_length
     caps = ["completion", "tools"] if stored.chat_template else ["completion"]
-    entry = _stored_entry(stored)
-    return JSONResponse(
-        {"modelfile": "", "parameters": "", "template": "", "details": entry["details"], "model_info": info}
-        | {"capabilities": caps, "modified_at": stored.pulled_at}
-    )
+    details = _stored_entry(stored)["details"]
+    reply = _show_reply(stored.architecture, stored.parameters, stored.context_length, "", details, caps)
+    return JSONResponse({**reply, "modified_at": stored.pulled_at})
 
 
-def _show_served(state: ServerState, model_id: str, backend: InferenceBackend) -> dict[str, Any]:
+def _show_served(model_id: str, backend: InferenceBackend) -> dict[str, Any]:
     facts = backend.describe()
-    arch = str(facts.get("architecture") or "")
-    info: dict[str, Any] = {"general.architecture": arch, "general.parameter_count": facts.get("n_params")}
-    if facts.get("n_ctx_train"):
-        info[f"{arch}.context_length"] = facts["n_ctx_train"]
     template = backend.codec.chat_template_source or ""
     # /api/embed answers with the served model's file, or --embedding-model's
     caps = ["completion", "tools", "embedding"] if template else ["completion", "embedding"]
     if "<think>" in template or "enable_thinking" in template:
         caps.append("thinking")
+    arch = str(facts.get("architecture") or "")
+    details = _served_entry(model_id, backend)["details"]
+    return _show_reply(arch, facts.get("n_params"), facts.get("n_ctx_train"), template, details, caps)
+
+
+def _show_reply(
+    arch: str, n_params: Any, n_ctx: Any, template: str, details: dict[str, Any], caps: list[str]
+) -> dict[str, Any]:
+    info = {"general.architecture": arch, "general.parameter_count": n_params}
+    if n_ctx:  # the context the model was trained for, where its file says
+        info[f"{arch}.context_length"] = n_ctx
     return {
         "modelfile": "",
         "parameters": "",
         "template": template,
-        "details": _served_entry(model_id, backend)["details"],
+        "details": details,
         "model_info": info,
         "capabilities": caps,
     }

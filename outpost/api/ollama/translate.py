@@ -163,18 +163,14 @@ def _format(fmt: str | dict[str, Any] | None) -> dict[str, Any] | None:
     raise bad(f'format: must be "json" or a JSON schema object, got {fmt!r}')
 
 
-def _budget(num_predict: int | None) -> int | None:
-    """Ollama's -1 (no limit) and -2 (fill the context) are both what the context leaves."""
-    return -1 if num_predict is not None and num_predict < 0 else num_predict
-
-
 def chat_request(body: Common, messages: list[dict[str, Any]]) -> ChatCompletionRequest:
     opts = body.options
     kwargs = None if body.think is None else {"enable_thinking": body.think not in (False, "false")}
     fields: dict[str, Any] = {
         "model": body.model,
         "messages": messages,
-        "max_tokens": _budget(opts.num_predict),
+        # Ollama's -1 (no limit) and -2 (fill the context) are both what the context leaves
+        "max_tokens": -1 if opts.num_predict is not None and opts.num_predict < 0 else opts.num_predict,
         "stop": opts.stop,
         "temperature": opts.temperature,
         "top_p": opts.top_p,
