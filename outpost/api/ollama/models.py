@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 import outpost
 from outpost.api.errors import ApiError
-from outpost.api.ollama.translate import OllamaError, bad, error_response, guarded
+from outpost.api.ollama.translate import bad, error_response, guarded
 from outpost.api.pipeline.embed import embed
 from outpost.api.state import ServerState, state_of
 from outpost.backend import InferenceBackend, ManagedBackend
@@ -138,7 +138,7 @@ async def ps(request: Request) -> dict[str, Any]:
 async def _stored_or_404(name: str) -> Manifest:
     stored = await asyncio.to_thread(_stored, name)
     if stored is None:
-        raise OllamaError(404, f"model '{name}' not found")
+        raise ApiError(404, f"model '{name}' not found")
     return stored
 
 
@@ -201,7 +201,7 @@ async def embed_route(request: Request) -> JSONResponse:
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
             raise bad("input: must be a string or a non-empty list of strings")
         _, vectors, n_tokens = await embed(state_of(request), model, list(texts))
-    except (OllamaError, ApiError) as err:
+    except ApiError as err:
         return error_response(err, model)
     reply = {"model": model, "embeddings": vectors, "total_duration": time.monotonic_ns() - started}
     return JSONResponse(reply | {"load_duration": 0, "prompt_eval_count": n_tokens})
@@ -218,7 +218,7 @@ async def embeddings(request: Request) -> JSONResponse:
         if not isinstance(prompt, str):
             raise bad("prompt: must be a string")
         _, vectors, _ = await embed(state_of(request), model, [prompt], param="prompt")
-    except (OllamaError, ApiError) as err:
+    except ApiError as err:
         return error_response(err, model)
     return JSONResponse({"embedding": vectors[0]})
 
@@ -246,7 +246,7 @@ async def pull(request: Request) -> Any:
     try:
         body = await _body(request)
         name = _name(body)
-    except OllamaError as err:
+    except ApiError as err:
         return error_response(err)
     status = [200]  # what a reply that is not streamed says: a bad name 400, a failed download 500
     lines = _pull_progress(_bare(name), status)

@@ -17,13 +17,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from outpost.api.errors import ApiError
 from outpost.api.ollama import models
 from outpost.api.ollama.keepalive import apply_keep_alive, keep_alive_seconds, load_or_unload
 from outpost.api.ollama.raw import start_raw
 from outpost.api.ollama.translate import (
     ChatBody,
     GenerateBody,
-    OllamaError,
     chat_messages,
     chat_request,
     generate_messages,
@@ -176,7 +176,7 @@ async def _loaded(request: Request, model: str, seconds: float | None, fields: d
     """The reply to an empty request, Ollama's way to load (or, keep_alive 0, unload) a model."""
     backend = _target(request, model)
     if backend is None:
-        raise OllamaError(404, f"model '{model}' not found")
+        raise ApiError(404, f"model '{model}' not found")
     reason = await load_or_unload(backend, seconds)
     return JSONResponse({"model": model, "created_at": now(), **fields, "done": True, "done_reason": reason})
 
@@ -207,4 +207,4 @@ async def _stream(
                 {**head, "created_at": now(), **shape(piece.reasoning, piece.content, None), "done": False}
             )
     except Exception as exc:
-        yield _line({"error": OllamaError.of(failure(exc)).message})
+        yield _line({"error": failure(exc).worded()})
