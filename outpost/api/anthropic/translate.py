@@ -71,13 +71,8 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
             if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
                 raise bad(f"{where}.content.{j}: a tool_use block needs id and name")
             args = json.dumps(block.get("input") or {}, ensure_ascii=False)
-            calls.append(
-                {
-                    "id": block["id"],
-                    "type": "function",
-                    "function": {"name": block["name"], "arguments": args},
-                }
-            )
+            fn = {"name": block["name"], "arguments": args}
+            calls.append({"id": block["id"], "type": "function", "function": fn})
         elif kind == "thinking":
             thinking.append(str(block.get("thinking") or ""))
         elif kind != "redacted_thinking":  # encrypted elsewhere: nothing a template could show
