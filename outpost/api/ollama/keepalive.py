@@ -43,13 +43,12 @@ def apply_keep_alive(backend: InferenceBackend | None, seconds: float | None) ->
 
 
 async def load_or_unload(backend: InferenceBackend, seconds: float | None) -> str:
-    """An empty request: unload the model (keep_alive 0) or load it; the `done_reason` to answer."""
+    """An empty request: unload the model (keep_alive 0) or load it; the `done_reason` to answer.
+    The request's keep_alive is its model's already (`apply_keep_alive`, as for every request)."""
     if not isinstance(backend, ManagedBackend):
         return "load"  # always loaded here
     if seconds == 0:
         await backend.unload()
         return "unload"
-    if seconds is not None:
-        backend.keep_for(seconds)
     await backend.load()
     return "load"

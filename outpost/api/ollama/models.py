@@ -108,9 +108,8 @@ async def version() -> dict[str, str]:
 @router.get("/api/tags", tags=["ollama"])
 async def tags(request: Request) -> dict[str, Any]:
     """The models served, then those in the model store."""
-    state = state_of(request)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    served = [{**_served_entry(m, b), "modified_at": started} for m, b in state.backends.items()]
+    served = [{**_served_entry(m, b), "modified_at": started} for m, b in state_of(request).backends.items()]
     names = {e["name"] for e in served}
     stored = await asyncio.to_thread(ModelStore().manifests)
     return {"models": served + [_stored_entry(m) for m in stored if m.name not in names]}
