@@ -108,9 +108,8 @@ async def _messages(request: Request) -> Response:
 
 
 async def _count_tokens(request: Request) -> Response:
-    state = state_of(request)
     body = await _parse(request, CountTokensRequest)
-    return JSONResponse({"input_tokens": await input_tokens(state, chat_request(body))})
+    return JSONResponse({"input_tokens": await input_tokens(state_of(request), chat_request(body))})
 
 
 def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
