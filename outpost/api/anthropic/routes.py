@@ -17,13 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from outpost.api.anthropic.translate import (
-    AnthropicError,
-    CountTokensRequest,
-    MessagesRequest,
-    bad,
-    chat_request,
-)
+from outpost.api.anthropic.translate import CountTokensRequest, MessagesRequest, bad, chat_request
 from outpost.api.errors import ApiError
 from outpost.api.pipeline import mapping
 from outpost.api.pipeline.chat_run import (
@@ -43,18 +37,32 @@ from outpost.api.state import ServerState, state_of
 router = APIRouter()
 MESSAGES = Protocol("msg", mapping.Names("messages", "max_tokens"), most_choices=1)
 JSON_PIECES = 3  # input_json_delta events per tool call: clients must join them, so send several
+ERROR_TYPES = {  # Anthropic's error type for each status
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    499: "invalid_request_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
 
 
-def error_response(err: AnthropicError | ApiError) -> JSONResponse:
-    if isinstance(err, ApiError):
-        err = AnthropicError(err.status, err.worded(), err.headers)
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+def _error(err: ApiError) -> dict[str, Any]:
+    """Anthropic's error object, as a reply's envelope and a stream's `error` event carry it."""
+    return {"type": ERROR_TYPES.get(err.status, "api_error"), "message": err.worded()}
+
+
+def error_response(err: ApiError) -> JSONResponse:
+    return JSONResponse({"type": "error", "error": _error(err)}, status_code=err.status, headers=err.headers)
 
 
 async def _guarded(work: Awaitable[Response]) -> Response:
     try:
         return await work
-    except (AnthropicError, ApiError) as err:
+    except ApiError as err:
         return error_response(err)
 
 
@@ -96,14 +104,12 @@ async def _messages(request: Request) -> Response:
     if answer.content or not answer.ending.calls:
         blocks.append({"type": "text", "text": answer.content})
     blocks += [_tool_use(c) for c in answer.ending.calls]
-    message = _message(mid, run, blocks, answer.ending)
-    return JSONResponse(message)
+    return JSONResponse(_message(mid, run, blocks, answer.ending))
 
 
 async def _count_tokens(request: Request) -> Response:
-    state = state_of(request)
     body = await _parse(request, CountTokensRequest)
-    return JSONResponse({"input_tokens": await input_tokens(state, chat_request(body))})
+    return JSONResponse({"input_tokens": await input_tokens(state_of(request), chat_request(body))})
 
 
 def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
@@ -135,7 +141,6 @@ def _usage(run: ChatRun, out: Outcome | None) -> dict[str, Any]:
 
 
 def _message(mid: str, run: ChatRun, content: list[dict[str, Any]], ending: Ending | None) -> dict[str, Any]:
-    out = ending.out if ending is not None else None
     return {
         "id": mid,
         "type": "message",
@@ -144,7 +149,7 @@ def _message(mid: str, run: ChatRun, content: list[dict[str, Any]], ending: Endi
         "content": content,
         "stop_reason": stop_reason(ending) if ending is not None else None,
         "stop_sequence": ending.stop_string if ending is not None else None,
-        "usage": _usage(run, out),
+        "usage": _usage(run, ending.out if ending is not None else None),
     }
 
 
@@ -214,5 +219,4 @@ async def _stream(state: ServerState, request: Request, run: ChatRun, mid: str) 
                     for chunk in blocks.text(kind, text):
                         yield chunk
     except Exception as exc:
-        err = failure(exc)
-        yield event("error", error=AnthropicError(err.status, err.worded()).body()["error"])
+        yield event("error", error=_error(failure(exc)))

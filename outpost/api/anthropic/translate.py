@@ -3,7 +3,7 @@
 Content blocks become chat messages (`tool_use` an assistant turn's tool calls, `tool_result` tool
 messages, `thinking` the turn's `reasoning_content`, as llama-server converts them: the template
 decides what to show); tools, tool_choice and the sampling fields map to their chat names. What
-cannot be served (images, documents, server tools) is an `AnthropicError` 400.
+cannot be served (images, documents, server tools) is a 400 (routes.py gives it in Anthropic's envelope).
 """
 
 from __future__ import annotations
@@ -13,31 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from outpost.api.errors import ApiError
 from outpost.api.pipeline.schemas import ChatCompletionRequest, chat_from_fields
-
-ERROR_TYPES = {  # Anthropic's error type for each status
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    499: "invalid_request_error",
-    503: "overloaded_error",
-    529: "overloaded_error",
-}
-
-
-class AnthropicError(Exception):
-    """An error reply in Anthropic's envelope."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers or {}
-
-    def body(self) -> dict[str, Any]:
-        kind = ERROR_TYPES.get(self.status, "api_error")
-        return {"type": "error", "error": {"type": kind, "message": self.message}}
 
 
 class MessagesRequest(BaseModel):
@@ -63,8 +40,8 @@ class CountTokensRequest(MessagesRequest):
     max_tokens: int = 1
 
 
-def bad(message: str) -> AnthropicError:
-    return AnthropicError(400, message)
+def bad(message: str) -> ApiError:
+    return ApiError(400, message)
 
 
 def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
@@ -94,13 +71,8 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
             if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
                 raise bad(f"{where}.content.{j}: a tool_use block needs id and name")
             args = json.dumps(block.get("input") or {}, ensure_ascii=False)
-            calls.append(
-                {
-                    "id": block["id"],
-                    "type": "function",
-                    "function": {"name": block["name"], "arguments": args},
-                }
-            )
+            fn = {"name": block["name"], "arguments": args}
+            calls.append({"id": block["id"], "type": "function", "function": fn})
         elif kind == "thinking":
             thinking.append(str(block.get("thinking") or ""))
         elif kind != "redacted_thinking":  # encrypted elsewhere: nothing a template could show

@@ -36,20 +36,19 @@ def keep_alive_seconds(value: str | int | float | None) -> float | None:
     return sign * sum(float(n) * _UNITS[u] for n, u in parts)
 
 
-def apply_keep_alive(backend: InferenceBackend, seconds: float | None) -> None:
-    """The request's keep_alive for its model, from the end of this request on."""
+def apply_keep_alive(backend: InferenceBackend | None, seconds: float | None) -> None:
+    """The request's keep_alive for its model (None: not served here), from the end of this request on."""
     if seconds is not None and isinstance(backend, ManagedBackend):
         backend.keep_for(seconds)
 
 
 async def load_or_unload(backend: InferenceBackend, seconds: float | None) -> str:
-    """An empty request: unload the model (keep_alive 0) or load it; the `done_reason` to answer."""
+    """An empty request: unload the model (keep_alive 0) or load it; the `done_reason` to answer.
+    The request's keep_alive is its model's already (`apply_keep_alive`, as for every request)."""
     if not isinstance(backend, ManagedBackend):
         return "load"  # always loaded here
     if seconds == 0:
         await backend.unload()
         return "unload"
-    if seconds is not None:
-        backend.keep_for(seconds)
     await backend.load()
     return "load"

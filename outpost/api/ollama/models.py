@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 import outpost
 from outpost.api.errors import ApiError
-from outpost.api.ollama.translate import OllamaError, bad, error_response, guarded
+from outpost.api.ollama.translate import bad, error_response, guarded
 from outpost.api.pipeline.embed import embed
 from outpost.api.state import ServerState, state_of
 from outpost.backend import InferenceBackend, ManagedBackend
@@ -61,15 +61,13 @@ def served(state: ServerState, name: str) -> tuple[str, InferenceBackend] | None
 
 
 def _stored(name: str) -> Manifest | None:
-    store = ModelStore()
     try:
-        return store.resolve(_bare(name))
+        return ModelStore().resolve(_bare(name))
     except ValueError:
         return None
 
 
 def _details(family: str, families: list[str] | None, n_params: int, quant: str) -> dict[str, Any]:
-    """Ollama's `details` of a model."""
     size = f"{n_params / 1e9:.1f}B" if n_params >= 1e9 else f"{n_params / 1e6:.0f}M"
     return {
         "parent_model": "",
@@ -110,9 +108,8 @@ async def version() -> dict[str, str]:
 @router.get("/api/tags", tags=["ollama"])
 async def tags(request: Request) -> dict[str, Any]:
     """The models served, then those in the model store."""
-    state = state_of(request)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    served = [{**_served_entry(m, b), "modified_at": started} for m, b in state.backends.items()]
+    served = [{**_served_entry(m, b), "modified_at": started} for m, b in state_of(request).backends.items()]
     names = {e["name"] for e in served}
     stored = await asyncio.to_thread(ModelStore().manifests)
     return {"models": served + [_stored_entry(m) for m in stored if m.name not in names]}
@@ -129,21 +126,18 @@ def _expires_at(backend: InferenceBackend) -> str:
 @router.get("/api/ps", tags=["ollama"])
 async def ps(request: Request) -> dict[str, Any]:
     """The models loaded now, each with when it unloads if it stays idle."""
-    state = state_of(request)
-    loaded = []
-    for model_id, backend in state.backends.items():
-        if isinstance(backend, ManagedBackend) and backend.status != "loaded":
-            continue
-        entry = _served_entry(model_id, backend)
-        fields = {"expires_at": _expires_at(backend), "size_vram": 0, "context_length": backend.n_ctx_seq}
-        loaded.append({**entry, **fields})
+    loaded = [
+        {**_served_entry(m, b), "expires_at": _expires_at(b), "size_vram": 0, "context_length": b.n_ctx_seq}
+        for m, b in state_of(request).backends.items()
+        if not isinstance(b, ManagedBackend) or b.status == "loaded"
+    ]
     return {"models": loaded}
 
 
 async def _stored_or_404(name: str) -> Manifest:
     stored = await asyncio.to_thread(_stored, name)
     if stored is None:
-        raise OllamaError(404, f"model '{name}' not found")
+        raise ApiError(404, f"model '{name}' not found")
     return stored
 
 
@@ -155,38 +149,39 @@ async def show(request: Request) -> Response:
 
 async def _show(request: Request) -> JSONResponse:
     name = _name(await _body(request))
-    state = state_of(request)
-    found = served(state, name)
+    found = served(state_of(request), name)
     if found is not None:
-        return JSONResponse(_show_served(state, *found))
+        return JSONResponse(_show_served(*found))
     stored = await _stored_or_404(name)
-    info = {"general.architecture": stored.architecture, "general.parameter_count": stored.parameters}
-    if stored.context_length:
-        info[f"{stored.architecture}.context_length"] = stored.context_length
     caps = ["completion", "tools"] if stored.chat_template else ["completion"]
-    entry = _stored_entry(stored)
-    return JSONResponse(
-        {"modelfile": "", "parameters": "", "template": "", "details": entry["details"], "model_info": info}
-        | {"capabilities": caps, "modified_at": stored.pulled_at}
-    )
+    details = _stored_entry(stored)["details"]
+    reply = _show_reply(stored.architecture, stored.parameters, stored.context_length, "", details, caps)
+    return JSONResponse({**reply, "modified_at": stored.pulled_at})
 
 
-def _show_served(state: ServerState, model_id: str, backend: InferenceBackend) -> dict[str, Any]:
+def _show_served(model_id: str, backend: InferenceBackend) -> dict[str, Any]:
     facts = backend.describe()
-    arch = str(facts.get("architecture") or "")
-    info: dict[str, Any] = {"general.architecture": arch, "general.parameter_count": facts.get("n_params")}
-    if facts.get("n_ctx_train"):
-        info[f"{arch}.context_length"] = facts["n_ctx_train"]
     template = backend.codec.chat_template_source or ""
     # /api/embed answers with the served model's file, or --embedding-model's
     caps = ["completion", "tools", "embedding"] if template else ["completion", "embedding"]
     if "<think>" in template or "enable_thinking" in template:
         caps.append("thinking")
+    arch = str(facts.get("architecture") or "")
+    details = _served_entry(model_id, backend)["details"]
+    return _show_reply(arch, facts.get("n_params"), facts.get("n_ctx_train"), template, details, caps)
+
+
+def _show_reply(
+    arch: str, n_params: Any, n_ctx: Any, template: str, details: dict[str, Any], caps: list[str]
+) -> dict[str, Any]:
+    info = {"general.architecture": arch, "general.parameter_count": n_params}
+    if n_ctx:  # the context the model was trained for, where its file says
+        info[f"{arch}.context_length"] = n_ctx
     return {
         "modelfile": "",
         "parameters": "",
         "template": template,
-        "details": _served_entry(model_id, backend)["details"],
+        "details": details,
         "model_info": info,
         "capabilities": caps,
     }
@@ -205,7 +200,7 @@ async def embed_route(request: Request) -> JSONResponse:
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
             raise bad("input: must be a string or a non-empty list of strings")
         _, vectors, n_tokens = await embed(state_of(request), model, list(texts))
-    except (OllamaError, ApiError) as err:
+    except ApiError as err:
         return error_response(err, model)
     reply = {"model": model, "embeddings": vectors, "total_duration": time.monotonic_ns() - started}
     return JSONResponse(reply | {"load_duration": 0, "prompt_eval_count": n_tokens})
@@ -222,7 +217,7 @@ async def embeddings(request: Request) -> JSONResponse:
         if not isinstance(prompt, str):
             raise bad("prompt: must be a string")
         _, vectors, _ = await embed(state_of(request), model, [prompt], param="prompt")
-    except (OllamaError, ApiError) as err:
+    except ApiError as err:
         return error_response(err, model)
     return JSONResponse({"embedding": vectors[0]})
 
@@ -250,7 +245,7 @@ async def pull(request: Request) -> Any:
     try:
         body = await _body(request)
         name = _name(body)
-    except OllamaError as err:
+    except ApiError as err:
         return error_response(err)
     status = [200]  # what a reply that is not streamed says: a bad name 400, a failed download 500
     lines = _pull_progress(_bare(name), status)

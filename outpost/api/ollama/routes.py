@@ -17,13 +17,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from outpost.api.errors import ApiError
 from outpost.api.ollama import models
 from outpost.api.ollama.keepalive import apply_keep_alive, keep_alive_seconds, load_or_unload
 from outpost.api.ollama.raw import start_raw
 from outpost.api.ollama.translate import (
     ChatBody,
     GenerateBody,
-    OllamaError,
     chat_messages,
     chat_request,
     generate_messages,
@@ -121,9 +121,8 @@ def _model_of(raw: bytes) -> str | None:
 async def _chat(request: Request, raw: bytes) -> Response:
     body: ChatBody = parse(raw, ChatBody)
     keep = _keep_alive(request, body)
-    if not body.messages:  # Ollama's way to load (or, keep_alive 0, unload) a model
-        reason = await _load_or_unload(request, body.model, keep)
-        return _loaded(body.model, {"message": {"role": "assistant", "content": ""}}, reason)
+    if not body.messages:
+        return await _loaded(request, body.model, keep, {"message": {"role": "assistant", "content": ""}})
     chat = chat_request(body, chat_messages(body.messages))
     started = time.monotonic_ns()
     run = await start_chat(state_of(request), chat, request, CHAT)
@@ -133,8 +132,8 @@ async def _chat(request: Request, raw: bytes) -> Response:
 async def _generate(request: Request, raw: bytes) -> Response:
     body: GenerateBody = parse(raw, GenerateBody)
     keep = _keep_alive(request, body)
-    if not body.prompt and not body.images:  # Ollama's way to load (or, keep_alive 0, unload) a model
-        return _loaded(body.model, {"response": ""}, await _load_or_unload(request, body.model, keep))
+    if not body.prompt and not body.images:
+        return await _loaded(request, body.model, keep, {"response": ""})
     started = time.monotonic_ns()
     if body.raw:
         refuse_unserved(body)
@@ -169,20 +168,16 @@ def _target(request: Request, model: str) -> InferenceBackend | None:
 def _keep_alive(request: Request, body: ChatBody | GenerateBody) -> float | None:
     """The request's keep_alive, given to its model (when served) for after this request."""
     seconds = keep_alive_seconds(body.keep_alive)
-    backend = _target(request, body.model)
-    if backend is not None:
-        apply_keep_alive(backend, seconds)
+    apply_keep_alive(_target(request, body.model), seconds)
     return seconds
 
 
-async def _load_or_unload(request: Request, model: str, seconds: float | None) -> str:
+async def _loaded(request: Request, model: str, seconds: float | None, fields: dict[str, Any]) -> Response:
+    """The reply to an empty request, Ollama's way to load (or, keep_alive 0, unload) a model."""
     backend = _target(request, model)
     if backend is None:
-        raise OllamaError(404, f"model '{model}' not found")
-    return await load_or_unload(backend, seconds)
-
-
-def _loaded(model: str, fields: dict[str, Any], reason: str) -> Response:
+        raise ApiError(404, f"model '{model}' not found")
+    reason = await load_or_unload(backend, seconds)
     return JSONResponse({"model": model, "created_at": now(), **fields, "done": True, "done_reason": reason})
 
 
@@ -192,20 +187,14 @@ async def _answer(
     state = state_of(request)
     head = {"model": body.model}
     if body.stream:
-        lines = _stream(state, request, run, head, shape, started)
-        return sse_response(lines, run.gens, NDJSON)
+        return sse_response(_stream(state, request, run, head, shape, started), run.gens, NDJSON)
     answer = await collect(state, request, run)
     reply = {**head, "created_at": now(), **shape(answer.reasoning, answer.content, answer.ending)}
     return JSONResponse({**reply, **_final(run, answer.ending, started)})
 
 
 async def _stream(
-    state: ServerState,
-    request: Request,
-    run: ChatRun,
-    head: dict[str, Any],
-    shape: Shape,
-    started: int,
+    state: ServerState, request: Request, run: ChatRun, head: dict[str, Any], shape: Shape, started: int
 ) -> AsyncIterator[bytes]:
     try:
         async for piece in answer_parts(run, state.config.request_timeout):
@@ -218,4 +207,4 @@ async def _stream(
                 {**head, "created_at": now(), **shape(piece.reasoning, piece.content, None), "done": False}
             )
     except Exception as exc:
-        yield _line({"error": OllamaError.of(failure(exc)).message})
+        yield _line({"error": failure(exc).worded()})

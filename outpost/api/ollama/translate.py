@@ -3,8 +3,8 @@
 `/api/chat`'s messages become chat messages; `/api/generate`'s `system` + `prompt` become a
 two-turn chat (the model's template applies, as Ollama does unless `raw`: `raw.py`). `options` map
 to the sampler, `format` to response_format, `think` to the template's enable_thinking. What cannot
-be served (`images`, `suffix`, a `template` of the request's own, `context` without `raw`) is an
-`OllamaError` 400.
+be served (`images`, `suffix`, a `template` of the request's own, `context` without `raw`) is a
+400, which `error_response` gives as Ollama's `{"error": "..."}`.
 """
 
 from __future__ import annotations
@@ -20,36 +20,22 @@ from outpost.api.errors import ApiError
 from outpost.api.pipeline.schemas import ChatCompletionRequest, chat_from_fields
 
 
-class OllamaError(Exception):
-    """An error reply in Ollama's envelope, `{"error": "..."}`."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers or {}
-
-    @classmethod
-    def of(cls, err: ApiError, model: str | None = None) -> OllamaError:
-        if err.code == "model_not_found" and model:
-            return cls(404, f"model '{model}' not found", err.headers)
-        return cls(err.status, err.worded(), err.headers)
+def bad(message: str) -> ApiError:
+    return ApiError(400, message)
 
 
-def bad(message: str) -> OllamaError:
-    return OllamaError(400, message)
-
-
-def error_response(err: OllamaError | ApiError, model: str | None = None) -> JSONResponse:
+def error_response(err: ApiError, model: str | None = None) -> JSONResponse:
     """`err` in Ollama's envelope; an unknown `model` is Ollama's 404 naming it."""
-    if isinstance(err, ApiError):
-        err = OllamaError.of(err, model)
-    return JSONResponse({"error": err.message}, status_code=err.status, headers=err.headers)
+    if err.code == "model_not_found" and model:
+        return JSONResponse({"error": f"model '{model}' not found"}, status_code=404, headers=err.headers)
+    return JSONResponse({"error": err.worded()}, status_code=err.status, headers=err.headers)
 
 
 async def guarded(work: Awaitable[Response], model: str | None = None) -> Response:
     """`work`'s reply, or its refusal in Ollama's envelope."""
     try:
         return await work
-    except (OllamaError, ApiError) as err:
+    except ApiError as err:
         return error_response(err, model)
 
 
@@ -163,18 +149,14 @@ def _format(fmt: str | dict[str, Any] | None) -> dict[str, Any] | None:
     raise bad(f'format: must be "json" or a JSON schema object, got {fmt!r}')
 
 
-def _budget(num_predict: int | None) -> int | None:
-    """Ollama's -1 (no limit) and -2 (fill the context) are both what the context leaves."""
-    return -1 if num_predict is not None and num_predict < 0 else num_predict
-
-
 def chat_request(body: Common, messages: list[dict[str, Any]]) -> ChatCompletionRequest:
     opts = body.options
     kwargs = None if body.think is None else {"enable_thinking": body.think not in (False, "false")}
     fields: dict[str, Any] = {
         "model": body.model,
         "messages": messages,
-        "max_tokens": _budget(opts.num_predict),
+        # Ollama's -1 (no limit) and -2 (fill the context) are both what the context leaves
+        "max_tokens": -1 if opts.num_predict is not None and opts.num_predict < 0 else opts.num_predict,
         "stop": opts.stop,
         "temperature": opts.temperature,
         "top_p": opts.top_p,

@@ -20,9 +20,7 @@ from outpost.api.openai.streaming import StreamSpec, chat_stream, completion_str
 from outpost.api.pipeline import mapping
 from outpost.api.pipeline.chat_plan import ChatPlan
 from outpost.api.pipeline.chat_run import start_chat
-from outpost.api.pipeline.generation import (
-    Outcome,
-)
+from outpost.api.pipeline.generation import Outcome
 from outpost.api.pipeline.schemas import ChatCompletionRequest, CompletionRequest
 from outpost.api.pipeline.sse import sse_response
 from outpost.api.pipeline.submit import Submission, outcomes, submit
@@ -60,17 +58,15 @@ def _spec(
 
 async def handle_chat(state: ServerState, body: ChatCompletionRequest, request: Request) -> Response:
     run = await start_chat(state, body, request)
-    plan, gens, rid = run.plan, run.gens, run.rid
-    codec = run.backend.codec
+    gens, codec = run.gens, run.backend.codec
     if body.stream:
-        spec = _spec(
-            state, request, (run.model_id, run.backend), rid, bool(body.logprobs), body, [run.prompt]
-        )
-        spec.chat = plan
+        served = (run.model_id, run.backend)
+        spec = _spec(state, request, served, run.rid, bool(body.logprobs), body, [run.prompt])
+        spec.chat = run.plan
         return sse_response(chat_stream(gens, spec), gens)
     outs = await outcomes(state, request, gens, [run.prompt] * len(gens))
-    choices = [_chat_choice(plan, i, out, codec, bool(body.logprobs)) for i, out in enumerate(outs)]
-    reply = render.chat_completion(rid, run.model_id, choices, outs)
+    choices = [_chat_choice(run.plan, i, out, codec, bool(body.logprobs)) for i, out in enumerate(outs)]
+    reply = render.chat_completion(run.rid, run.model_id, choices, outs)
     if body.verbose:
         reply["__verbose"] = native_render.verbose(run.model_id, codec, gens[0].request, outs[0], run.prompt)
     return JSONResponse(reply)
@@ -82,8 +78,12 @@ def _chat_choice(
     """One choice's message, read for tool calls and reasoning."""
     reader = plan.output()
     message = reader.message(out.text, truncated=out.finish is FinishReason.LENGTH)
-    finish = plan.finish_reason(render.finish_reason(out.finish), bool(reader.tool_calls))
-    choice = render.chat_choice(index, out, codec, logprobs, message, finish)
+    choice = {
+        "index": index,
+        "message": message,
+        "logprobs": render.chat_logprobs(codec, out.logprobs) if logprobs else None,
+        "finish_reason": plan.finish_reason(render.finish_reason(out.finish), bool(reader.tool_calls)),
+    }
     if reader.dropped_call:
         choice[render.DROPPED_CALL] = True
     return choice
@@ -109,7 +109,6 @@ async def handle_completion(state: ServerState, body: CompletionRequest, request
     token_lists = [await asyncio.to_thread(mapping.prompt_tokens, codec, p) for p in prompts]
     n_probs = body.logprobs if body.logprobs is not None else -1
     sampling = mapping.sampling_params(codec, body, n_probs, state.sampling_defaults)
-    stop = mapping.stop_strings(body.stop)
     # choice index i*n + j, as OpenAI orders n choices of several prompts
     sub = Submission(
         backend,
@@ -117,7 +116,7 @@ async def handle_completion(state: ServerState, body: CompletionRequest, request
         body.max_tokens,
         cfg.default_max_tokens,
         sampling,
-        stop,
+        mapping.stop_strings(body.stop),
         COMPLETION,
         "cmpl",
         choices=n,

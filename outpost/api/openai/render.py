@@ -103,22 +103,6 @@ def chat_completion(
     return reply
 
 
-def chat_choice(
-    index: int,
-    out: Outcome,
-    codec: PromptCodec,
-    with_logprobs: bool,
-    message: dict[str, Any] | None,
-    finish: str | None,
-) -> dict[str, Any]:
-    return {
-        "index": index,
-        "message": message or {"role": "assistant", "content": out.text},
-        "logprobs": chat_logprobs(codec, out.logprobs) if with_logprobs else None,
-        "finish_reason": finish or finish_reason(out.finish),
-    }
-
-
 def text_completion(
     rid: str, model: str, outs: list[Outcome], codec: PromptCodec, with_logprobs: bool, prefixes: list[str]
 ) -> dict[str, Any]:
@@ -151,12 +135,9 @@ def _sum_timings(outs: list[Outcome]) -> dict[str, float | int]:
 
 
 def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    chunk = _head("chat.completion.chunk", rid, model, created)
     choice = {"index": extra.pop("index", 0), "delta": delta, "logprobs": extra.pop("logprobs", None)}
     choice["finish_reason"] = extra.pop("finish", None)
-    chunk["choices"] = [choice]
-    chunk.update(extra)
-    return chunk
+    return {**_head("chat.completion.chunk", rid, model, created), "choices": [choice], **extra}
 
 
 def text_chunk(
@@ -170,8 +151,4 @@ def text_chunk(
 def usage_chunk(
     obj: str, rid: str, model: str, created: int, use: dict[str, Any], timings: Any
 ) -> dict[str, Any]:
-    chunk = _head(obj, rid, model, created)
-    chunk["choices"] = []
-    chunk["usage"] = use
-    chunk["timings"] = timings
-    return chunk
+    return {**_head(obj, rid, model, created), "choices": [], "usage": use, "timings": timings}

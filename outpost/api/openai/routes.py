@@ -47,8 +47,7 @@ def _model_card(model_id: str, backend: InferenceBackend | None) -> dict[str, An
     card: dict[str, Any] = {"id": model_id, "object": "model", "created": _STARTED, "owned_by": "outpost"}
     if backend is not None:
         card["meta"] = {**backend.describe(), "n_ctx_seq": backend.n_ctx_seq}
-    status = model_status(backend)  # llama-server's router: loaded, loading or unloaded
-    if status is not None:
+    if (status := model_status(backend)) is not None:  # llama-server's router: loaded, loading or unloaded
         card["status"] = status
     return card
 

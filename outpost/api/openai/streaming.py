@@ -73,7 +73,8 @@ async def _chat_stream(
     """One choice's chunks; with `outs` (one of n choices) its outcome goes there and no [DONE]."""
     created = int(time.time())
     out = gen.new_outcome()
-    reader = (spec.chat or ChatPlan("", think=False)).output()
+    plan = spec.chat or ChatPlan("", think=False)
+    reader = plan.output()
     chunk = functools.partial(render.chat_chunk, spec.rid, spec.model, created, index=index)
     yield sse(chunk({"role": "assistant", "content": ""}))
     try:
@@ -94,9 +95,7 @@ async def _chat_stream(
             for delta in reader.finish(truncated=event.finish_reason is FinishReason.LENGTH):
                 yield sse(chunk(delta))
             timings = out.timings.as_dict()
-            reason = render.finish_reason(event.finish_reason)
-            if spec.chat is not None:
-                reason = spec.chat.finish_reason(reason, bool(reader.tool_calls))
+            reason = plan.finish_reason(render.finish_reason(event.finish_reason), bool(reader.tool_calls))
             last = chunk({}, finish=reason, timings=timings)
             if outs is not None:
                 outs.append(out)

@@ -70,8 +70,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     state, store = state_of(request), store_of(request)
     previous = _previous(store, body.previous_response_id)
     history = [*previous, *input_messages(body)]
-    chat = chat_request(body, previous)
-    run = await start_chat(state, chat, request, RESPONSES)
+    run = await start_chat(state, chat_request(body, previous), request, RESPONSES)
     draft = ResponseDraft(body, run.model_id, id=run.rid.replace("resp-", "resp_"))
     if body.stream:
         events = _stream(state, request, run, draft, history)
@@ -163,13 +162,11 @@ class _Output:
         text = "".join(cur.text)
         where = {"item_id": cur.id, "output_index": cur.index, "content_index": 0}
         if cur.kind == "message":
-            item = message_item(cur.id, text, status)
+            item, part = message_item(cur.id, text, status), text_part(text)
             done = self.w.event("response.output_text.done", text=text, logprobs=[], **where)
-            part = text_part(text)
         else:
-            item = reasoning_item(cur.id, text)
+            item, part = reasoning_item(cur.id, text), {"type": "reasoning_text", "text": text}
             done = self.w.event("response.reasoning_text.done", text=text, **where)
-            part = {"type": "reasoning_text", "text": text}
         self.items[cur.index] = item
         return [
             done,

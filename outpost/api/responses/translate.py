@@ -56,11 +56,8 @@ def _add_call(messages: list[dict[str, Any]], item: dict[str, Any], param: str) 
         raise bad_request("a function_call item needs call_id and name", param=param)
     if not isinstance(item.get("arguments", ""), str):
         raise bad_request("function_call arguments must be a JSON string", param=f"{param}.arguments")
-    call = {
-        "id": item["call_id"],
-        "type": "function",
-        "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"},
-    }
+    fn = {"name": item["name"], "arguments": item.get("arguments") or "{}"}
+    call = {"id": item["call_id"], "type": "function", "function": fn}
     last = messages[-1] if messages else None
     if last is not None and last["role"] == "assistant":  # one assistant turn: its text, then its calls
         last.setdefault("tool_calls", []).append(call)

@@ -58,7 +58,7 @@ def negotiate(request: Request) -> None:
     confusing 'not a valid dictionary')."""
     ctype = request.headers.get("content-type")
     if ctype:
-        media = _media_types(ctype)[0] if _media_types(ctype) else ""
+        media = (_media_types(ctype) or [""])[0]
         if not (media == "application/json" or media.endswith("+json")):
             raise ApiError(
                 415, f"/invocations takes a JSON body (Content-Type: application/json), not {ctype!r}",
@@ -66,9 +66,8 @@ def negotiate(request: Request) -> None:
             )  # fmt: skip
     accept = request.headers.get("accept")
     if accept:
-        ranges = _media_types(accept)
         ok = {"*/*", "application/*", "text/*", *_REPLY_TYPES}
-        if not any(r in ok or r.endswith("+json") for r in ranges):
+        if not any(r in ok or r.endswith("+json") for r in _media_types(accept)):
             raise ApiError(
                 406, f"/invocations answers {' or '.join(_REPLY_TYPES)}; Accept: {accept!r} allows neither",
                 code="not_acceptable",
@@ -90,11 +89,8 @@ async def invocations(request: Request, body: dict[str, Any] = Body(...)) -> Res
 
 def tgi_sampling(p: TgiParameters) -> SamplingParams:
     """TGI's rules: greedy unless do_sample, or a temperature/top_p/top_k asks for sampling."""
-    sample = (
-        p.do_sample
-        if p.do_sample is not None
-        else any(v is not None for v in (p.temperature, p.top_p, p.top_k))
-    )
+    asked = any(v is not None for v in (p.temperature, p.top_p, p.top_k))
+    sample = asked if p.do_sample is None else p.do_sample
     seed = None if p.seed is None else p.seed & 0xFFFFFFFF
     penalty = p.repetition_penalty or 1.0
     if not sample:
@@ -112,17 +108,15 @@ def tgi_sampling(p: TgiParameters) -> SamplingParams:
 async def handle_tgi(state: ServerState, body: TgiRequest, request: Request) -> Response:
     backend = state.ready_backend()
     arrival = time.monotonic()
-    cfg = state.config
     tokens = await asyncio.to_thread(backend.codec.tokenize_prompt, body.inputs)
     p = body.parameters
-    stop = mapping.stop_strings(p.stop)
     sub = Submission(
         backend,
         [tokens],
         p.max_new_tokens,
-        cfg.default_max_tokens,
+        state.config.default_max_tokens,
         tgi_sampling(p),
-        stop,
+        mapping.stop_strings(p.stop),
         TGI,
         "tgi",
         arrival=arrival,
