@@ -84,6 +84,31 @@ def test_responses_reasoning_and_text_whole_and_streamed(config: HttpSettings) -
     assert kinds[-1] == "response.completed"
 
 
+def test_an_empty_streamed_answer_opens_and_closes_its_one_message(config: HttpSettings) -> None:
+    """An answer of no text is still one message item: added, then done, in sequence."""
+    backend = FakeBackend("")
+
+    async def go(oa: openai.AsyncOpenAI, _: Any) -> Any:
+        async with oa.responses.stream(model="m", input="Say nothing.") as stream:
+            events = [event async for event in stream]
+            return events, await stream.get_final_response()
+
+    events, final = run(backend, config, go)
+    assert [e.type for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    (message,) = final.output
+    assert message.type == "message" and final.output_text == ""
+
+
 def test_responses_function_call_then_output_by_previous_response_id(config: HttpSettings) -> None:
     backend = FakeBackend(CALL, n_ctx_seq=4096)
 

@@ -192,8 +192,7 @@ class _Output:
         status = final_status(ending)
         out = self.close(status)
         if not self.has_message and not ending.calls:  # an empty answer is still one message
-            self._start("message")
-            out = [*out, *self.close(status)]
+            out = [*out, *self._start("message"), *self.close(status)]
         for call in ending.calls:
             out += self.call(call)
         return out
