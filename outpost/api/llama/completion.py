@@ -55,68 +55,50 @@ def _logit_bias(
         if len(pair) != 2 or not isinstance(pair[1], int | float | bool):
             raise bad_request("logit_bias entries are [token id, bias or false]", param="logit_bias")
         key, value = pair
-        if isinstance(key, str) and not key.lstrip("-").isdigit():
-            for token in codec.tokenize(key, add_special=False):  # llama-server biases a string's tokens
-                out[str(token)] = -100.0 if value is False else float(value)
-            continue
-        out[str(key)] = -100.0 if value is False else float(value)
+        text = isinstance(key, str) and not key.lstrip("-").isdigit()  # llama-server biases its tokens
+        for token in codec.tokenize(key, add_special=False) if text else [key]:
+            out[str(token)] = -100.0 if value is False else float(value)
     return out
+
+
+# llama-server's one-letter sampler names, e.g. "kfypmt" (a letter not here is skipped)
+_LETTERS = dict(
+    zip("dkypmxtse", "dry top_k typ_p top_p min_p xtc temperature top_n_sigma penalties".split(), strict=True)
+)
+# What a sampler left out of `samplers` leaves its settings at: switched off.
+_OFF: dict[str, dict[str, Any]] = {
+    "top_k": {"top_k": 0},
+    "top_p": {"top_p": 1.0},
+    "min_p": {"min_p": 0.0},
+    "typ_p": {"typical_p": 1.0},
+    "penalties": {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
+}
 
 
 def _samplers(body: NativeCompletionRequest) -> tuple[str, ...]:
     if body.samplers is None:
         return DEFAULT_SAMPLERS
-    names = body.samplers if isinstance(body.samplers, list) else []
-    if isinstance(body.samplers, str):  # llama-server's one-letter form, e.g. "kfypmt"
-        letters = {
-            "d": "dry",
-            "k": "top_k",
-            "y": "typ_p",
-            "p": "top_p",
-            "m": "min_p",
-            "x": "xtc",
-            "t": "temperature",
-            "s": "top_n_sigma",
-            "e": "penalties",
-        }
-        names = [letters[c] for c in body.samplers if c in letters]
-    return tuple(SAMPLER_NAMES[n] for n in names)
+    if isinstance(body.samplers, str):
+        return tuple(_LETTERS[c] for c in body.samplers if c in _LETTERS)
+    return tuple(SAMPLER_NAMES[n] for n in body.samplers)
 
 
 def sampling(
-    codec: PromptCodec,
-    body: NativeCompletionRequest,
-    chain: tuple[str, ...],
-    defaults: SamplingParams = mapping.DEFAULTS,
+    codec: PromptCodec, body: NativeCompletionRequest, chain: tuple[str, ...], d: SamplingParams
 ) -> SamplingParams:
-    """`defaults` (llama-server's, with the server's --temp/--seed) fill what the body leaves out;
-    a sampler left out of `samplers` is switched off."""
-    d = defaults
-    bias = mapping.logit_bias(codec, _logit_bias(codec, body.logit_bias))
-    params = SamplingParams(
-        temperature=d.temperature if body.temperature is None else body.temperature,
-        top_k=d.top_k if body.top_k is None else max(0, body.top_k),
-        top_p=d.top_p if body.top_p is None else body.top_p,
-        min_p=d.min_p if body.min_p is None else body.min_p,
+    """`d` (llama-server's defaults, with the server's --temp/--seed) fill what the body leaves
+    out; a sampler left out of `samplers` is switched off."""
+    params = mapping.given_sampling(
+        d,
+        body,
         typical_p=d.typical_p if body.typical_p is None else body.typical_p,
-        repeat_penalty=d.repeat_penalty if body.repeat_penalty is None else body.repeat_penalty,
-        presence_penalty=body.presence_penalty or 0.0,
-        frequency_penalty=body.frequency_penalty or 0.0,
         penalty_last_n=d.penalty_last_n if body.repeat_last_n is None else body.repeat_last_n,
-        seed=d.seed if body.seed is None or body.seed == -1 else body.seed & 0xFFFFFFFF,
-        logit_bias=bias,
+        logit_bias=mapping.logit_bias(codec, _logit_bias(codec, body.logit_bias)),
         ignore_eos=body.ignore_eos,
         grammar=mapping.field_grammar(body.grammar, body.json_schema),
         n_probs=body.n_probs if body.n_probs > 0 else -1,
     )
-    off: dict[str, dict[str, Any]] = {
-        "top_k": {"top_k": 0},
-        "top_p": {"top_p": 1.0},
-        "min_p": {"min_p": 0.0},
-        "typ_p": {"typical_p": 1.0},
-        "penalties": {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
-    }
-    for name, change in off.items():
+    for name, change in _OFF.items():
         if name not in chain:
             params = dataclasses.replace(params, **change)
     return params
@@ -172,13 +154,12 @@ async def run(
     params = sampling(codec, body, chain, state.sampling_defaults)
     stop = mapping.stop_strings(body.stop)
     requested = body.n_predict if body.n_predict is not None else body.max_tokens
-    n_ctx = backend.n_ctx_seq  # no n_predict: what the context leaves, as llama-server
     slot = _slot(body.id_slot, backend)
     sub = Submission(
         backend,
         token_lists,
         requested,
-        n_ctx,
+        backend.n_ctx_seq,  # no n_predict: what the context leaves, as llama-server
         params,
         stop,
         NATIVE,

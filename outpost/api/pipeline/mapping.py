@@ -216,7 +216,19 @@ def sampling_params(
     codec: PromptCodec, body: SamplingFields, n_probs: int = -1, defaults: SamplingParams = DEFAULTS
 ) -> SamplingParams:
     """`defaults` (`server_defaults`) fill what the request leaves out."""
-    d = defaults
+    return given_sampling(
+        defaults,
+        body,
+        logit_bias=logit_bias(codec, body.logit_bias),
+        ignore_eos=bool(body.ignore_eos),
+        grammar=body_grammar(body),
+        n_probs=n_probs,
+    )
+
+
+def given_sampling(d: SamplingParams, body: Any, **fields: Any) -> SamplingParams:
+    """`fields` and the sampler settings every protocol's body spells alike (OpenAI's
+    `SamplingFields`, llama-server's native body), `d`'s where `body` leaves one out."""
     return SamplingParams(
         temperature=d.temperature if body.temperature is None else body.temperature,
         top_k=d.top_k if body.top_k is None else max(0, body.top_k),
@@ -226,10 +238,7 @@ def sampling_params(
         presence_penalty=body.presence_penalty or 0.0,
         frequency_penalty=body.frequency_penalty or 0.0,
         seed=d.seed if body.seed is None or body.seed == -1 else body.seed & 0xFFFFFFFF,
-        logit_bias=logit_bias(codec, body.logit_bias),
-        ignore_eos=bool(body.ignore_eos),
-        grammar=body_grammar(body),
-        n_probs=n_probs,
+        **fields,
     )
 
 
