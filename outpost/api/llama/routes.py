@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from outpost.api.metrics import PROMETHEUS_CONTENT_TYPE
-from outpost.api.pipeline import chat_plan, mapping
+from outpost.api.pipeline import chat_run, mapping
 from outpost.api.pipeline.schemas import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
 from outpost.api.state import state_of
 
@@ -41,18 +40,7 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any
 async def apply_template(body: ApplyTemplateRequest, request: Request) -> dict[str, Any]:
     """The prompt the chat template renders for `messages` (with the generation prompt)."""
     state = state_of(request)
-    codec = state.ready_backend().codec
-    render = functools.partial(mapping.render_dicts, codec)
-    cfg = state.config
-    plan = await asyncio.to_thread(
-        chat_plan.prepare,
-        body,
-        render,
-        codec.chat_template_source,
-        cfg.reasoning_format,
-        cfg.reasoning != "off",
-    )
-    return {"prompt": plan.prompt}
+    return {"prompt": (await chat_run.plan_on(state, state.ready_backend(), body)).prompt}
 
 
 @router.get("/health", tags=["ops"])

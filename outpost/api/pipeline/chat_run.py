@@ -21,8 +21,6 @@ from outpost.api.errors import ApiError
 from outpost.api.pipeline import chat_plan, mapping
 from outpost.api.pipeline.chat_plan import ChatPlan
 from outpost.api.pipeline.generation import (
-    CLIENT_CLOSED,
-    ClientDisconnected,
     Generation,
     Outcome,
     outcome_error,
@@ -87,16 +85,21 @@ CHAT = Protocol()
 
 async def plan_for(state: ServerState, body: ChatCompletionRequest) -> tuple[str, InferenceBackend, ChatPlan]:
     model_id, backend = state.backend_for(body.model)
+    return model_id, backend, await plan_on(state, backend, body)
+
+
+async def plan_on(state: ServerState, backend: InferenceBackend, body: ChatCompletionRequest) -> ChatPlan:
+    """`body`'s chat plan over `backend`'s template, with the server's reasoning settings."""
     render_with = functools.partial(mapping.render_dicts, backend.codec)
-    plan = await asyncio.to_thread(
+    cfg = state.config
+    return await asyncio.to_thread(
         chat_plan.prepare,
         body,
         render_with,
         backend.codec.chat_template_source,
-        state.config.reasoning_format,
-        state.config.reasoning != "off",
+        cfg.reasoning_format,
+        cfg.reasoning != "off",
     )
-    return model_id, backend, plan
 
 
 async def input_tokens(state: ServerState, body: ChatCompletionRequest) -> int:
@@ -198,9 +201,6 @@ async def _gather(run: ChatRun, timeout: float) -> Answer:
 async def collect(state: ServerState, request: Request, run: ChatRun) -> Answer:
     """The whole answer of a reply that is not streamed; a client that hangs up aborts it."""
     cfg = state.config
-    try:
-        answer = await until_disconnect(request.receive, _gather(run, cfg.request_timeout))
-    except ClientDisconnected:
-        raise ApiError(CLIENT_CLOSED, "the client closed the connection", code="client_closed") from None
+    answer = await until_disconnect(request.receive, _gather(run, cfg.request_timeout))
     record_of(request).add_outcome(answer.ending.out, run.prompt, cfg.log_prompts)
     return answer

@@ -44,10 +44,6 @@ _log = logging.getLogger("outpost.api")
 CLIENT_CLOSED = 499  # nginx's status for "the client closed the connection first"
 
 
-class ClientDisconnected(Exception):
-    """The client hung up before the reply was ready; its request was aborted."""
-
-
 @dataclass
 class Outcome:
     """A finished generation, gathered from its events."""
@@ -232,8 +228,8 @@ async def _wait_disconnect(receive: Callable[[], Awaitable[dict[str, Any]]]) -> 
 
 
 async def until_disconnect(receive: Callable[[], Awaitable[Any]], work: Awaitable[T]) -> T:
-    """Await `work`, cancelling it (which aborts its generations) if the client disconnects first;
-    what it raises is an ApiError (`failure`)."""
+    """Await `work`, cancelling it (which aborts its generations) if the client disconnects first
+    (a 499); what it raises is an ApiError (`failure`)."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_wait_disconnect(receive))
     try:
@@ -245,7 +241,7 @@ async def until_disconnect(receive: Callable[[], Awaitable[Any]], work: Awaitabl
             with contextlib.suppress(asyncio.CancelledError):
                 await task
     if task not in done:
-        raise ClientDisconnected()
+        raise ApiError(CLIENT_CLOSED, "the client closed the connection", code="client_closed")
     try:
         return task.result()
     except ApiError:
@@ -260,7 +256,4 @@ async def wait_outcomes(request: Request, gens: list[Generation]) -> list[Outcom
     async def collect_all() -> list[Outcome]:
         return list(await asyncio.gather(*(g.collect() for g in gens)))
 
-    try:
-        return await until_disconnect(request.receive, collect_all())
-    except ClientDisconnected:
-        raise ApiError(CLIENT_CLOSED, "the client closed the connection", code="client_closed") from None
+    return await until_disconnect(request.receive, collect_all())
