@@ -67,10 +67,8 @@ async def infill(body: InfillRequest, request: Request) -> Response:
     """Code between `input_prefix` and `input_suffix` (with `input_extra` files as context)."""
     served = state_of(request).backend_for(body.model)
     codec = served[1].codec
-    fim = codec.fim_tokens
-    missing = fim.missing()
-    if missing:
+    if missing := codec.fim_tokens.missing():
         raise not_supported(f"Infill is not supported by this model: {' '.join(missing)}")
-    tokens = await asyncio.to_thread(infill_tokens, codec, fim, body)
+    tokens = await asyncio.to_thread(infill_tokens, codec, codec.fim_tokens, body)
     text = body.input_prefix + (body.prompt if isinstance(body.prompt, str) else "")
     return await completion.run(request, body, served, [tokens], [text])

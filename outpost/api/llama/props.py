@@ -8,16 +8,15 @@ requests per step, so a slot's figures are the pool's (no per-slot prompt or tas
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request
 
 import outpost
-from outpost.api.errors import bad_request
 from outpost.api.llama.infill import not_supported
 from outpost.api.llama.render import sampler_settings
 from outpost.api.llama.schemas import DEFAULT_SAMPLERS
+from outpost.api.llama.slots import object_body
 from outpost.api.state import ServerState, state_of
 from outpost.backend import InferenceBackend
 
@@ -44,13 +43,11 @@ async def get_props(request: Request) -> dict[str, Any]:
     """The server's model, context, slots and defaults, as llama-server reports them."""
     state = state_of(request)
     model_id, backend = state.backend_for(None)
-    meta = backend.describe()
-    stats = backend.stats()
     return {
         "default_generation_settings": {"n_ctx": backend.n_ctx_seq, "params": default_params(state)},
-        "total_slots": stats.slots_total,
+        "total_slots": backend.stats().slots_total,
         "model_alias": model_id,
-        "model_path": meta.get("model_path", model_id),
+        "model_path": backend.describe().get("model_path", model_id),
         "modalities": {"vision": False, "audio": False},
         "chat_template": backend.codec.chat_template_source or "",
         "bos_token": _piece(backend, backend.codec.bos_token),
@@ -71,13 +68,7 @@ async def set_props(request: Request) -> dict[str, Any]:
         raise not_supported(
             "This server does not support changing global properties. Start it with `--props`"
         )
-    raw = await request.body()
-    try:
-        body = json.loads(raw) if raw.strip() else {}
-    except ValueError:
-        raise bad_request("the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise bad_request("the request body must be a JSON object of properties")
+    await object_body(request, "a JSON object of properties")
     return {"success": True}
 
 

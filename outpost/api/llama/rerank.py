@@ -58,11 +58,10 @@ async def rerank(body: RerankRequest, request: Request) -> Any:
     except ValueError as exc:
         raise bad_request(str(exc), "documents") from None
     tei = body.documents is None
-    label = "score" if tei else "relevance_score"
     order = sorted(range(len(docs)), key=lambda i: -scores[i])  # stable: ties keep input order
     results: list[dict[str, Any]] = []
     for i in order[: len(docs) if body.top_n is None else body.top_n]:
-        item: dict[str, Any] = {"index": i, label: scores[i]}
+        item: dict[str, Any] = {"index": i, "score" if tei else "relevance_score": scores[i]}
         if tei and body.return_text:
             item["text"] = docs[i]
         elif not tei and body.return_documents:

@@ -35,7 +35,8 @@ def valid_filename(name: str) -> bool:
     return not (name[0] == " " or name[-1] in " ." or ".." in name)
 
 
-async def _body(request: Request) -> dict[str, Any]:
+async def object_body(request: Request, what: str = "a JSON object") -> dict[str, Any]:
+    """The body as llama-server reads an object's: none is `{}`; `what` names what it must be."""
     raw = await request.body()
     if not raw.strip():
         return {}
@@ -44,7 +45,7 @@ async def _body(request: Request) -> dict[str, Any]:
     except ValueError:
         raise bad_request("the request body is not valid JSON") from None
     if not isinstance(body, dict):
-        raise bad_request("the request body must be a JSON object")
+        raise bad_request(f"the request body must be {what}")
     return body
 
 
@@ -75,16 +76,14 @@ async def slot_action(id_slot: str, request: Request, action: str = "") -> dict[
     kind = _ACTIONS.get(action)
     if kind is None:
         raise bad_request("Invalid action: use ?action=save, restore or erase", "action")
-    filename = "" if kind == "erase" else _filename(await _body(request))
+    filename = "" if kind == "erase" else _filename(await object_body(request))
     _, backend = state_of(request).backend_for(None)
     try:
         result = await backend.slot_action(SlotAction(kind, slot, filename))
     except SlotActionError as exc:
         raise _refusal(exc) from None
-    if action == "erase":
+    if kind == "erase":
         return {"id_slot": slot, "n_erased": result.n_tokens}
-    if action == "save":
-        done = {"n_saved": result.n_tokens, "n_written": result.n_bytes}
-        return {"id_slot": slot, "filename": filename, **done, "timings": {"save_ms": result.ms}}
-    done = {"n_restored": result.n_tokens, "n_read": result.n_bytes}
-    return {"id_slot": slot, "filename": filename, **done, "timings": {"restore_ms": result.ms}}
+    tokens, size = ("n_saved", "n_written") if kind == "save" else ("n_restored", "n_read")
+    done = {tokens: result.n_tokens, size: result.n_bytes}
+    return {"id_slot": slot, "filename": filename, **done, "timings": {f"{kind}_ms": result.ms}}
