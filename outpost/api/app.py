@@ -112,25 +112,10 @@ def create_app(
     )
     app.state.server = state
     app.state.responses = ResponseStore(config.responses_max, config.responses_ttl)
-    # Every API's routes are registered here, each from its own module.
-    apis = (
-        openai_routes,
-        responses_routes,
-        anthropic_routes,
-        completion,
-        infill,
-        props,
-        slot_routes,
-        lora_routes,
-        rerank,
-        embeddings,
-        native_embeddings,
-        llama_routes,
-        model_router,
-        sagemaker,
-        ollama_routes,
-    )
-    routers = [m.router for m in apis]
+    # Every API's routes, each from its own module, registered (and so matched) in this order.
+    apis = [openai_routes, responses_routes, anthropic_routes, completion, infill, props, slot_routes]
+    apis += [lora_routes, rerank, embeddings, native_embeddings, llama_routes, model_router, sagemaker]
+    routers = [m.router for m in (*apis, ollama_routes)]
     if config.webui:
         routers.append(webui.build_router())
     for router in routers:
