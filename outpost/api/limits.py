@@ -68,14 +68,10 @@ class BodyLimitMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        replayed = False
+        body: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
 
         async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
+            return body.pop() if body else await receive()
 
         scope = dict(scope, headers=_json_headers(list(scope.get("headers", []))))
         await self.app(scope, replay, send)

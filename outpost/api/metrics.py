@@ -65,11 +65,7 @@ class Metrics:
         """Read the gauges from `stats_of()` (None while loading) whenever metrics are scraped."""
 
         def read(attr: str) -> Callable[[], float]:
-            def value() -> float:
-                stats = stats_of()
-                return float(getattr(stats, attr)) if stats is not None else 0.0
-
-            return value
+            return lambda: float(getattr(stats_of() or BackendStats(), attr))
 
         self.slots_busy.set_function(read("slots_busy"))
         self.queue_depth.set_function(read("queue_depth"))
