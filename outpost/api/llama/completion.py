@@ -21,19 +21,9 @@ from fastapi.responses import JSONResponse, Response
 from outpost.api.errors import bad_request
 from outpost.api.llama import render as native_render
 from outpost.api.llama.render import NativeSpec
-from outpost.api.llama.schemas import (
-    DEFAULT_SAMPLERS,
-    SAMPLER_NAMES,
-    NativeCompletionRequest,
-    prompt_pieces,
-)
+from outpost.api.llama.schemas import DEFAULT_SAMPLERS, SAMPLER_NAMES, NativeCompletionRequest, prompt_pieces
 from outpost.api.pipeline import mapping
-from outpost.api.pipeline.generation import (
-    Generation,
-    Outcome,
-    failure,
-    outcome_error,
-)
+from outpost.api.pipeline.generation import Generation, Outcome, failure, outcome_error
 from outpost.api.pipeline.sse import merge, sse, sse_response, with_keepalive
 from outpost.api.pipeline.submit import Submission, outcomes, submit
 from outpost.api.state import state_of

@@ -20,12 +20,7 @@ from fastapi import Request
 from outpost.api.errors import ApiError
 from outpost.api.pipeline import chat_plan, mapping
 from outpost.api.pipeline.chat_plan import ChatPlan
-from outpost.api.pipeline.generation import (
-    Generation,
-    Outcome,
-    outcome_error,
-    until_disconnect,
-)
+from outpost.api.pipeline.generation import Generation, Outcome, outcome_error, until_disconnect
 from outpost.api.pipeline.schemas import ChatCompletionRequest
 from outpost.api.pipeline.submit import Submission, submit
 from outpost.api.record import record_of

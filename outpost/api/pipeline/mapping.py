@@ -15,13 +15,7 @@ from typing import Any
 from outpost.api.errors import ApiError, bad_request, context_length_exceeded
 from outpost.api.pipeline.schemas import LoraField, ResponseFormat, SamplingFields
 from outpost.backend import PromptCodec
-from outpost.messages import (
-    ChatTemplateError,
-    LoraScales,
-    SamplingParams,
-    SpecRequest,
-    context_exceeded,
-)
+from outpost.messages import ChatTemplateError, LoraScales, SamplingParams, SpecRequest, context_exceeded
 
 DEFAULTS = SamplingParams()  # llama-server's defaults live in the dataclass
 
