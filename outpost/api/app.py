@@ -127,8 +127,7 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_body=config.max_body, envelopes=envelopes)
     open_paths = (*config.open_paths, *webui.OPEN_PATHS) if config.webui else config.open_paths
     app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, open_paths=open_paths, envelopes=envelopes)
-    cors = cors_options(config.cors_origins)
-    if cors is not None:
+    if (cors := cors_options(config.cors_origins)) is not None:
         app.add_middleware(
             LlamaCors,
             **cors,

@@ -196,8 +196,7 @@ async def _stream(
                 yield sse(native_render.partial(spec, index, out, event.text, event.token_ids, lps))
             if not event.finished:
                 continue
-            err = outcome_error(out, timeout)
-            if err is not None:
+            if (err := outcome_error(out, timeout)) is not None:
                 yield sse(err.body())
                 return
             yield sse(native_render.final(spec, index, out, prompts[index]))

@@ -102,8 +102,6 @@ class NativeCompletionRequest(Body):
     @field_validator("samplers")
     @classmethod
     def _sampler_names(cls, samplers: list[str] | str | None) -> list[str] | str | None:
-        if isinstance(samplers, list):
-            bad = [s for s in samplers if s not in SAMPLER_NAMES]
-            if bad:
-                raise ValueError(f"unknown sampler {bad[0]!r}; known: {', '.join(sorted(SAMPLER_NAMES))}")
+        if isinstance(samplers, list) and (bad := [s for s in samplers if s not in SAMPLER_NAMES]):
+            raise ValueError(f"unknown sampler {bad[0]!r}; known: {', '.join(sorted(SAMPLER_NAMES))}")
         return samplers

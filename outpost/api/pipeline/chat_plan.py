@@ -72,8 +72,7 @@ def _template_kwargs(body: ChatCompletionRequest, thinking: bool) -> dict[str, A
     """The request's template variables over llama-server's defaults: `enable_thinking` (the
     server's --reasoning), Llama 3.x's `date_string`, Firefunction-v2's `functions`/`datetime`."""
     extra = dict(body.chat_template_kwargs or {})
-    bad = sorted(_RESERVED & extra.keys())
-    if bad:
+    if bad := sorted(_RESERVED & extra.keys()):
         raise bad_request(f"chat_template_kwargs may not set {', '.join(bad)}", param="chat_template_kwargs")
     now = datetime.datetime.now()
     tools_json = json.dumps([t.model_dump() for t in body.tools or []], indent=2) if body.tools else ""
@@ -134,8 +133,7 @@ def prepare(
         choice = tools.check_choice(
             raw_choice.model_dump() if isinstance(raw_choice, NamedToolChoice) else raw_choice, specs
         )
-        history = any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
-        if history:
+        if any(m.get("tool_calls") or m["role"] == "tool" for m in messages):  # a history of calls
             messages = tools.template_messages(fmt, messages)
         parallel = body.parallel_tool_calls is not False
         grammar = tools.call_grammar(fmt, specs, choice, parallel) if specs else None

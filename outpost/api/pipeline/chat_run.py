@@ -162,8 +162,7 @@ async def answer_parts(run: ChatRun, timeout: float) -> AsyncIterator[Part | End
             yield Part(delta.get("reasoning_content", ""), delta.get("content", ""))
         if not event.finished:
             continue
-        err = outcome_error(out, timeout)
-        if err is not None:
+        if (err := outcome_error(out, timeout)) is not None:
             raise err
         for delta in reader.finish(truncated=event.finish_reason is FinishReason.LENGTH):
             if "tool_calls" not in delta:

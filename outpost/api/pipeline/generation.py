@@ -146,8 +146,7 @@ def outcome_error(outcome: Outcome, timeout: float) -> ApiError | None:
 def _refused(out: Outcome) -> ApiError:
     if out.error_counts is not None:
         n_prompt, n_ctx = out.error_counts
-        again = context_refusal(out.names, n_prompt, out.max_tokens, n_ctx)
-        if again is not None:
+        if (again := context_refusal(out.names, n_prompt, out.max_tokens, n_ctx)) is not None:
             return again
     message = out.error or "the request does not fit the context"
     return context_length_exceeded(message, out.names.rename(out.error_param), out.error_counts)

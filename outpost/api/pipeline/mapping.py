@@ -85,8 +85,7 @@ def prompt_tokens(codec: PromptCodec, prompt: str | list[int]) -> list[int]:
 
 def check_token_ids(codec: PromptCodec, tokens: Sequence[int], param: str) -> None:
     n_vocab = codec.n_vocab
-    bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
-    if bad is not None:
+    if (bad := next((t for t in tokens if not 0 <= t < n_vocab), None)) is not None:
         raise bad_request(f"token id {bad} is out of range: the vocabulary has {n_vocab} tokens", param=param)
 
 
@@ -110,8 +109,7 @@ def resolve_max_tokens(
 ) -> int:
     """The output budget; prompt + explicit max_tokens beyond the context is a 400."""
     explicit = None if requested is None or requested == -1 else requested
-    refused = context_refusal(names, n_prompt, explicit, n_ctx_seq)
-    if refused is not None:
+    if (refused := context_refusal(names, n_prompt, explicit, n_ctx_seq)) is not None:
         raise refused
     param = names.max_tokens
     room = n_ctx_seq - n_prompt

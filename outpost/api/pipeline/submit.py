@@ -92,7 +92,6 @@ async def outcomes(
     for text, out in zip(prompts, outs, strict=True):
         record_of(request).add_outcome(out, text, cfg.log_prompts)
     for out in outs:
-        err = outcome_error(out, cfg.request_timeout)
-        if err is not None:
+        if (err := outcome_error(out, cfg.request_timeout)) is not None:
             raise err
     return outs
