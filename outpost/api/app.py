@@ -124,9 +124,7 @@ def create_app(
     known = frozenset(r.path for router in routers for r in router.routes if isinstance(r, Route))
     # Errors given before a route runs, in the envelope of the API the path belongs to.
     envelopes = Envelopes({"/v1/messages": anthropic_routes.error_response, "/api/": ollama_error})
-    app.add_middleware(
-        BodyLimitMiddleware, max_body=config.max_body, envelopes=envelopes, negotiated=sagemaker.NEGOTIATED
-    )
+    app.add_middleware(BodyLimitMiddleware, max_body=config.max_body, envelopes=envelopes)
     open_paths = (*config.open_paths, *webui.OPEN_PATHS) if config.webui else config.open_paths
     app.add_middleware(ApiKeyMiddleware, keys=config.api_keys, open_paths=open_paths, envelopes=envelopes)
     if (cors := cors_options(config.cors_origins)) is not None:

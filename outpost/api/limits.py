@@ -3,8 +3,7 @@
 The body is read here (counting bytes, never more than the limit plus one chunk) and replayed to
 the app, after which the app's `receive` is the server's own, so disconnects still reach routes.
 Bodies are JSON whatever the Content-Type says (`curl -d` sends form encoding), as llama-server
-takes them: a non-JSON Content-Type is rewritten to application/json, except on the paths whose
-route negotiates it itself (SageMaker's /invocations answers another type with a 415).
+takes them: a non-JSON Content-Type is rewritten to application/json.
 """
 
 from __future__ import annotations
@@ -42,18 +41,10 @@ def _json_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes
 
 
 class BodyLimitMiddleware:
-    def __init__(
-        self,
-        app: ASGIApp,
-        max_body: int,
-        envelopes: Envelopes | None = None,
-        negotiated: frozenset[str] = frozenset(),
-    ) -> None:
-        """negotiated: paths whose Content-Type reaches the route as the client sent it."""
+    def __init__(self, app: ASGIApp, max_body: int, envelopes: Envelopes | None = None) -> None:
         self.app = app
         self.max_body = max_body
         self.envelopes = envelopes or Envelopes()
-        self.negotiated = negotiated
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") not in _BODY_METHODS:
@@ -82,6 +73,5 @@ class BodyLimitMiddleware:
         async def replay() -> Message:
             return body.pop() if body else await receive()
 
-        if scope["path"] not in self.negotiated:
-            scope = dict(scope, headers=_json_headers(list(scope.get("headers", []))))
+        scope = dict(scope, headers=_json_headers(list(scope.get("headers", []))))
         await self.app(scope, replay, send)

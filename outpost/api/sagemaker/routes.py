@@ -27,8 +27,6 @@ from outpost.api.state import ServerState, state_of
 from outpost.messages import SamplingParams
 
 router = APIRouter()
-# Routes that check the request's Content-Type themselves (`negotiate`): the body limit leaves it.
-NEGOTIATED = frozenset({"/invocations"})
 TGI = mapping.Names("inputs", "max_new_tokens")
 
 
