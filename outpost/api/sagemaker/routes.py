@@ -52,18 +52,9 @@ def _media_types(header: str) -> list[str]:
 
 
 def negotiate(request: Request) -> None:
-    """415 for a body that is not JSON, 406 for an Accept that allows no reply this route gives.
-
-    A dependency, so it runs before FastAPI parses the body (a text/plain body would otherwise be a
-    confusing 'not a valid dictionary')."""
-    ctype = request.headers.get("content-type")
-    if ctype:
-        media = (_media_types(ctype) or [""])[0]
-        if not (media == "application/json" or media.endswith("+json")):
-            raise ApiError(
-                415, f"/invocations takes a JSON body (Content-Type: application/json), not {ctype!r}",
-                code="unsupported_media_type",
-            )  # fmt: skip
+    """406 for an Accept that allows no reply this route gives. The body is JSON whatever its
+    Content-Type says, as on every route (`limits.py`: `curl -d` sends form encoding, and a
+    SageMaker client may name none); a body that is not JSON is a 400 that says so."""
     accept = request.headers.get("accept")
     if accept:
         ok = {"*/*", "application/*", "text/*", *_REPLY_TYPES}
