@@ -3,8 +3,9 @@
 /invocations takes Hugging Face TGI's `{"inputs": "...", "parameters": {...}}` (raw-text prompt;
 reply `[{"generated_text": ...}]`, as TGI does), or an OpenAI chat body (`messages`) or text
 completion body (`prompt`), answered exactly as /v1/chat/completions or /v1/completions would.
-SageMaker passes the caller's ContentType and Accept through: the body must be JSON (else 415), and
-the reply is JSON, or an SSE stream when the body asks for `stream` (an Accept that allows neither: 406).
+SageMaker passes the caller's ContentType and Accept through: the body is read as JSON whatever the
+type says (not JSON: 400), and the reply is JSON, or an SSE stream when the body asks for `stream`
+(an Accept that allows neither: 406).
 """
 
 from __future__ import annotations
