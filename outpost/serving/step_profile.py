@@ -6,8 +6,8 @@ prompt tokens read) and the milliseconds spent waiting before it (the lock, jobs
 scheduling, in `llama_decode`, in the rest of the runner (sampling, memory ops, the batch), updating
 the scheduler and handing events to their sinks. About once a second it appends each thread's CPU
 seconds, so the HTTP/SSE side (the event loop's thread) shows beside the engine's and llama.cpp's
-worker threads. `python -m benchmarks.serve.steps FILE` reads it. A file, not a metric: a step
-record costs a few microseconds and is only written when asked for.
+worker threads. `python -m benchmarks.serve.steps FILE` reads it. A file, not a metric: it is only
+written when asked for.
 """
 
 from __future__ import annotations
