@@ -95,6 +95,7 @@ def start_engine(settings: EngineSettings, model_path: str, max_queue: int) -> E
         prefix_cache=settings.prefix_cache,
         idle_cache_cells=settings.cache_idle_cells,
         prefill_budget=settings.prefill_budget,
+        prompt_waves=settings.prompt_waves,
         speculative=settings.speculative,
         draft_model_path=settings.model_draft,
     )

@@ -49,6 +49,11 @@ class SchedulerConfig:
     draft_token_cost: what one draft model step costs, relative to a one-token target step.
     draft_read_cost: what one more token in a draft model step costs (catching up a history it
         has not read: a new request's prompt), relative to a one-token target step.
+    serial_prompts: a step reads at most one short prompt past the prefill budget (the CPU's
+        setting: a prompt token costs the same alone or beside others, see prefill.py).
+    prompt_waves: steps; 0 is off. While a generating request will end within this many steps (its
+        max_tokens or the context end), a prompt not yet started waits, at most PROMPT_WAVE_HOLD
+        times as many steps, so requests that end together start together again (see prefill.py).
     ngram_simple: ngram-simple's n-gram and draft sizes (llama-server's --spec-ngram-simple-size-n
         and -m, whose defaults these are).
     """
@@ -69,6 +74,8 @@ class SchedulerConfig:
     draft_token_cost: float = 0.5
     draft_read_cost: float = 0.05
     ngram_simple: tuple[int, int] = (12, 48)
+    serial_prompts: bool = False
+    prompt_waves: int = 0
 
     def __post_init__(self) -> None:
         if self.n_slots < 1:
@@ -83,6 +90,8 @@ class SchedulerConfig:
             )
         if self.prefill_budget is not None and self.prefill_budget < 1:
             raise ValueError(f"prefill_budget must be at least 1 token (got {self.prefill_budget})")
+        if self.prompt_waves < 0:
+            raise ValueError(f"prompt_waves must be 0 (off) or a number of steps (got {self.prompt_waves})")
         if self.copy_min_tokens < 1:
             raise ValueError(f"copy_min_tokens must be at least 1 (got {self.copy_min_tokens})")
         if not self.spec_token_cost > 0.0:

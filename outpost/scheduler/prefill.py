@@ -1,7 +1,23 @@
-"""Which prompt tokens a step reads: the prefill budget beside generating streams, and the prompt
-chunks of one group of LoRA settings within it and within the free KV cells (idle caches evicted,
-least recently used first, to make room). The scheduler (`scheduler.py`) calls these once per step,
-after the decode tokens are placed.
+"""Which prompt tokens a step reads: the prefill budget, one whole short prompt past it, prompt
+waves, and the prompt chunks of one group of LoRA settings within the free KV cells (idle caches
+evicted, least recently used first, to make room). The scheduler (`scheduler.py`) calls these once
+per step, after the decode tokens are placed.
+
+Serial prompts (`SchedulerConfig.serial_prompts`, the CPU's setting). On a CPU a prompt token
+costs about the same in a chunk of 100 as in one of 500 (the step is compute-bound past a few
+dozen tokens), so reading prompts one after another rather than several in one step costs little
+throughput (a pass over the weights per prompt) and brings every first token but the last sooner:
+a step reads its first prompt whole if it is short (or all the room the step has, with nothing
+generating), and more prompts only within the prefill budget. On a GPU a prompt token costs a
+small fraction of a step, so short prompts share steps as before.
+
+Prompt waves (`SchedulerConfig.prompt_waves`). Every prompt read while a stream generates lengthens
+that stream's gaps; a prompt read after the stream ended costs it nothing. Requests that end
+within a few steps of each other (a closed loop of clients, a batch job with one max_tokens) are
+the case worth waiting for: a new prompt waits while a generating request will end within
+`prompt_waves` steps (by its max_tokens or the context end; an end-of-generation token may come
+sooner), at most PROMPT_WAVE_HOLD times that many steps in all, so the requests that end together
+start together again instead of drifting apart, each new prompt read beside the rest's.
 """
 
 from __future__ import annotations
@@ -9,11 +25,15 @@ from __future__ import annotations
 from outpost.messages import LoraScales
 from outpost.scheduler.config import SchedulerConfig
 from outpost.scheduler.output import BatchChunk
+from outpost.scheduler.request import RequestState
 from outpost.scheduler.residency import Residency
 
 # While others generate, a prompt within this many prefill budgets is evaluated whole (see
 # prefill_chunks); longer ones go a budget per step.
 SHORT_PROMPT_CHUNKS = 4
+# A prompt waits for a wave at most this many times `prompt_waves` steps: the bound on what a wave
+# may cost a first token (a request ending in 8 steps may be followed by one ending in 8 more).
+PROMPT_WAVE_HOLD = 8
 
 
 def prefill_budget(config: SchedulerConfig, decoding: int) -> int:
@@ -23,26 +43,55 @@ def prefill_budget(config: SchedulerConfig, decoding: int) -> int:
     return min(budget, cap) if decoding and cap is not None else budget
 
 
+def wave_coming(sched: Residency) -> bool:
+    """A generating request will end within `prompt_waves` steps (prompt waves on)."""
+    window = sched.config.prompt_waves
+    if window <= 0:
+        return False
+    n_ctx_seq = sched.config.n_ctx_seq
+    for state in sched._running:
+        if state.prefilled and min(state.budget - state.n_generated, n_ctx_seq - len(state.tokens)) <= window:
+            return True
+    return False
+
+
+def _waits_for_wave(state: RequestState, config: SchedulerConfig) -> bool:
+    """A prompt not yet started waits for the wave, within its bound (counts the step)."""
+    if state.scheduled_at is not None or state.wave_steps >= PROMPT_WAVE_HOLD * config.prompt_waves:
+        return False
+    state.wave_steps += 1
+    return True
+
+
 def prefill_chunks(
     sched: Residency, budget: int, decoding: int, room: int, lora: LoraScales
 ) -> list[BatchChunk]:
     """Prompt chunks in admission order of the requests under `lora`, within the token budget and
     the free cells.
 
-    A short prompt (at most SHORT_PROMPT_CHUNKS budgets long) goes whole while the step has room,
-    even past a capped budget: the cap is for long prompts, and cutting a chat turn in chunks would
-    delay its first token by whole steps to spare the streams little."""
+    With a prefill budget, a short prompt (at most SHORT_PROMPT_CHUNKS budgets: cutting a chat turn
+    in chunks would delay its first token by whole steps to spare the streams little) goes whole
+    past it while the step has room; with serial prompts only the step's first one does, or takes
+    the whole room with nothing generating, and further prompts only fit within the budget (see
+    the module docstring)."""
     chunks: list[BatchChunk] = []
     used = decoding  # new cells this step's chunks will take
     free = sched._free_cells() - used
-    cap = sched.config.prefill_budget if budget < room else None
+    cap = sched.config.prefill_budget
+    serial = sched.config.serial_prompts and cap is not None
+    if serial and cap is not None and not decoding:
+        budget = min(budget, cap)
+    wave = decoding > 0 and wave_coming(sched)
     for state in sched._running:
-        if budget <= 0:
+        if budget <= 0 and chunks:
             break
         if state.prefilled or state.slot is None or state.awaiting is not None or state.lora != lora:
             continue
+        if wave and _waits_for_wave(state, sched.config):
+            continue
         n = min(state.n_uncomputed, budget)
-        if cap is not None and len(state.tokens) <= SHORT_PROMPT_CHUNKS * cap:
+        short = cap is not None and len(state.tokens) <= SHORT_PROMPT_CHUNKS * cap
+        if (short and not (serial and chunks)) or (serial and not chunks and not decoding):
             n = min(state.n_uncomputed, room)
         while n > free and (ops := sched._pool.evict_lru()) is not None:
             sched._ops += ops

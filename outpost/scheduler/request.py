@@ -57,6 +57,7 @@ class RequestState:
     first_token_at: float | None = None
     last_token_at: float | None = None
     spec: SpecState | None = None  # speculative decoding, if the request uses it
+    wave_steps: int = 0  # steps its prompt waited for a wave (prefill.py)
 
     @classmethod
     def new(cls, req: GenerateRequest, token_piece: Callable[[int], bytes] | None = None) -> RequestState:

@@ -48,6 +48,7 @@ class Engine:
 
     prefill_budget: prompt tokens per step while other requests generate: `auto` (chosen from
     step times measured here at start, outpost/scheduler/budget.py), a number, or `off`/None.
+    prompt_waves: SchedulerConfig.prompt_waves (0: off).
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class Engine:
         prefix_cache: bool = True,
         idle_cache_cells: int = 0,
         prefill_budget: Asked | None = "auto",
+        prompt_waves: int = 0,
         speculative: SpecParams | None = None,
         draft_model_path: str | None = None,
         ngram_simple: tuple[int, int] = (12, 48),
@@ -87,6 +89,8 @@ class Engine:
                     max_queue=max_queue,
                     step_token_budget=model.n_batch,
                     prefill_budget=self.prefill_budget.tokens,
+                    serial_prompts=config.n_gpu_layers == 0,
+                    prompt_waves=prompt_waves,
                     prefix_cache=prefix_cache,
                     idle_cache_cells=idle_cache_cells,
                     copy_min_tokens=1 if model.kv_unified else stream_copy_min_tokens(model.n_ctx_seq),

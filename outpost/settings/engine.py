@@ -127,6 +127,15 @@ class EngineSettings(ChatTemplateSettings):
         "a number, or off/0 (whole -b steps)",
         parse=parse_prefill_budget,
     )
+    prompt_waves: int = setting(
+        8,
+        "--prompt-waves",
+        help="steps: while a generating request will end within this many (by its max_tokens), a new "
+        "prompt waits for it, at most 8 times as many steps, so requests that end together start "
+        "together and their prompts are read beside fewer streams (default 8; 0: off)",
+        parse=int,
+        ge=0,
+    )
     flash_attn: Switch3 = setting(
         "auto",
         "-fa",

@@ -1,0 +1,106 @@
+"""Prompts read one after another, and prompt waves (scheduler/prefill.py), with no model: the fake
+runner and the scheduler's own step count, so nothing here follows the machine's speed."""
+
+from __future__ import annotations
+
+import pytest
+from fake_runner import reference_tokens
+from sched_harness import Harness
+
+from outpost.scheduler import SchedulerConfig
+from outpost.scheduler.prefill import PROMPT_WAVE_HOLD
+
+
+def prompt(n: int, base: int = 100) -> list[int]:
+    return list(range(base, base + n))
+
+
+def config(**kw: object) -> SchedulerConfig:
+    base: dict[str, object] = dict(n_slots=4, n_ctx=2048, n_ctx_seq=512, step_token_budget=128)
+    base.update(prefill_budget=8, serial_prompts=True)
+    base.update(kw)
+    return SchedulerConfig(**base)  # type: ignore[arg-type]
+
+
+def first_chunk_step(h: Harness, first_token: int) -> int:
+    """The step (0-based) that read the prompt beginning with `first_token`."""
+    steps = enumerate(h.runner.steps)
+    return next(i for i, out in steps for c in out.chunks if c.start_pos == 0 and c.tokens[0] == first_token)
+
+
+def test_short_prompts_that_arrive_together_are_read_one_per_step() -> None:
+    """Four 20-token prompts at an idle engine with a prefill budget of 8, serial prompts: one whole
+    prompt a step, so the first tokens come one step apart, in arrival order; not serial (a GPU's
+    setting), all in one step."""
+    h = Harness(config())
+    rids = [h.add(prompt(20, base=100 + 50 * i), max_tokens=6) for i in range(4)]
+    h.run()
+    assert [h.first_event_step[r] for r in rids] == [0, 1, 2, 3]
+    for i, rid in enumerate(rids):
+        assert h.token_ids(rid) == reference_tokens(prompt(20, base=100 + 50 * i), 6)
+    together = Harness(config(serial_prompts=False))
+    rids = [together.add(prompt(20, base=100 + 50 * i), max_tokens=6) for i in range(4)]
+    together.run()
+    assert [together.first_event_step[r] for r in rids] == [0, 0, 0, 0]
+
+
+def test_a_long_prompt_alone_still_takes_the_whole_step() -> None:
+    h = Harness(config())
+    h.add(prompt(300), max_tokens=2)
+    h.add(prompt(20, base=1000), max_tokens=2)
+    h.step()
+    assert h.runner.steps[0].num_tokens == 128, "the first prompt takes the room; the second waits"
+
+
+@pytest.mark.parametrize("waves", [0, 4])
+def test_a_prompt_waits_for_a_stream_about_to_end(waves: int) -> None:
+    """A stream with 3 tokens left: with prompt waves of 4 steps, a new prompt is first read in the
+    step after the stream's last token, beside no stream; with waves off, at once."""
+    h = Harness(config(prompt_waves=waves))
+    ending = h.add(prompt(10), max_tokens=6)
+    for _ in range(4):  # its prompt step and three tokens: three left
+        h.step()
+    newcomer = h.add(prompt(20, base=1000), max_tokens=3)
+    arrived = h.n_steps
+    h.run()
+    last_of_ending = max(i for i, out in enumerate(h.runner.steps) for c in out.chunks if c.seq_id == 0)
+    if waves:
+        assert first_chunk_step(h, 1000) == last_of_ending + 1
+        assert all(c.seq_id == 1 for c in h.runner.steps[first_chunk_step(h, 1000)].chunks)
+    else:
+        assert first_chunk_step(h, 1000) == arrived
+    assert h.token_ids(ending) == reference_tokens(prompt(10), 6)
+    assert h.token_ids(newcomer) == reference_tokens(prompt(20, base=1000), 3)
+
+
+def test_no_wait_for_a_stream_far_from_its_end() -> None:
+    h = Harness(config(prompt_waves=4))
+    h.add(prompt(10), max_tokens=100)
+    h.step()
+    h.add(prompt(20, base=1000), max_tokens=3)
+    arrived = h.n_steps
+    h.run()
+    assert first_chunk_step(h, 1000) == arrived
+
+
+def test_a_wave_wait_is_bounded_when_streams_keep_ending() -> None:
+    """Streams that end one step after another would hold a prompt for as long as they last; it
+    waits at most PROMPT_WAVE_HOLD x prompt_waves steps, and is read beside the streams still going."""
+    waves = 1
+    h = Harness(config(n_slots=16, prompt_waves=waves, step_token_budget=256, prefill_budget=None))
+    for i in range(15):  # all read in the first step; then one ends every step from step 29 on
+        h.add(prompt(4, base=100 + 10 * i), max_tokens=30 + i)
+    for _ in range(29):
+        h.step()
+    newcomer = h.add(prompt(20, base=2000), max_tokens=2)
+    arrived = h.n_steps
+    h.run()
+    read_at = first_chunk_step(h, 2000)
+    assert read_at - arrived == PROMPT_WAVE_HOLD * waves
+    assert sum(1 for c in h.runner.steps[read_at].chunks if c.sample and len(c.tokens) == 1) > 0
+    assert h.token_ids(newcomer) == reference_tokens(prompt(20, base=2000), 2)
+
+
+def test_prompt_waves_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="prompt_waves"):
+        SchedulerConfig(prompt_waves=-1)
