@@ -117,6 +117,13 @@ def _add_probe_parser(sub: Any) -> None:
         "once; serve, worker and run read the cached answer",
     )
     p.add_argument("--again", action="store_true", help="measure anew, replacing the cached answer")
+    p.add_argument(
+        "-np",
+        "--parallel",
+        type=int,
+        help="the slots the server will run: the probe decodes that many sequences together, at most "
+        "32 (default 8, what sizing gives 2 cores); each width has its own answer",
+    )
     p.set_defaults(handler=_cmd_probe)
 
 
@@ -125,7 +132,11 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
     logging.getLogger(kernel_probe.__name__).setLevel(logging.INFO)  # its measurement, when it runs one
     sys.stderr.write("outpost: kernel probe: the cached answer, else four variants of a 135M model (~30 s)\n")
-    choice = kernel_probe.measure(again=args.again)
+    width = kernel_probe.PROBE_SEQS if args.parallel is None else args.parallel
+    if width < 1:
+        sys.stderr.write("outpost: probe: -np must be at least 1\n")
+        return 2
+    choice = kernel_probe.measure(again=args.again, width=width)
     if choice is None:
         sys.stderr.write("outpost: not measured (a busy machine, or the probe failed: see above)\n")
         return 1

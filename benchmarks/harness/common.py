@@ -4,6 +4,7 @@ weights with the same layout Outpost uses."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -30,15 +31,22 @@ def bench_model(shape: str, quant: str) -> Path:
     return path
 
 
-def probe_kernels() -> str:
-    """`outpost probe` before any server starts: servers started side by side would each find the
-    machine busy with the others' loading and keep the fixed kernels. Its answer, for the report."""
-    cmd = [sys.executable, "-m", "outpost.cli", "probe"]
+def probe_kernels(parallel: int, quiet_wait_s: float = 120.0) -> str:
+    """`outpost probe -np PARALLEL` before any server starts: servers started side by side would each
+    find the machine busy with the others' loading and keep the fixed kernels. A machine still busy
+    from a previous job (load average >= CPUs: the probe would skip) is waited for, at most
+    `quiet_wait_s`. Its answer, for the report."""
+    cpus = len(os.sched_getaffinity(0))
+    deadline = time.monotonic() + quiet_wait_s
+    while os.getloadavg()[0] >= cpus and time.monotonic() < deadline:
+        log(f"kernel probe: waiting for a quiet machine (load {os.getloadavg()[0]:.1f} on {cpus} CPUs)")
+        time.sleep(5)
+    cmd = [sys.executable, "-m", "outpost.cli", "probe", "-np", str(parallel)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("auto kernels:")), "")
     answer = line or f"kernel probe: not measured ({out.stderr.strip().splitlines()[-1:]})"
-    log(answer)
-    return answer
+    log(f"{answer} (at {parallel} sequences)")
+    return f"{answer} (probed at {parallel} sequences)"
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 300.0) -> None:

@@ -210,7 +210,7 @@ def main() -> None:
     report = Report(args, setup)
     log(report.plan_text(kinds))
     if "outpost" in kinds and args.ngl == 0:
-        report.notes.append(probe_kernels())
+        report.notes.append(probe_kernels(args.parallel))
     try:
         if "throughput" in scenarios:
             run_throughput(kinds, setup, args, extra, report)

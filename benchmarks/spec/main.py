@@ -24,7 +24,7 @@ from pathlib import Path
 
 from benchmarks.harness.common import log, probe_kernels, wait_ready
 from benchmarks.harness.ports import free_port
-from benchmarks.spec.arms import Arm
+from benchmarks.spec.arms import SLOTS, Arm
 from benchmarks.spec.measure import PassResult, run_pass
 from benchmarks.spec.report import report
 from benchmarks.spec.tasks import make_tasks
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = make_tasks()
     arms = _arms(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    kernels = probe_kernels()
+    kernels = probe_kernels(SLOTS)
     servers = Servers(arms, args, args.out / "logs")
     results: dict[str, dict[int, list[PassResult]]] = {a.label: {n: [] for n in streams} for a in arms}
     try:

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from outpost.engine.cpu_probe import ONE_TOKEN_MAX_SLOTS, WeightLayout, choose_layout
-from outpost.engine.kernel_probe import KernelChoice, kernel_choice
+from outpost.engine.kernel_probe import KernelChoice, kernel_choice, probe_width
 from outpost.messages import SplitMode
 
 
@@ -36,12 +36,12 @@ def resolve_flash_attn(asked: str, n_gpu_layers: int) -> Literal["on", "off", "a
 
 def with_probed_kernels(config: EngineConfig) -> tuple[EngineConfig, KernelChoice | None]:
     """`config` with its `auto` flash attention, weight layout and KV layout decided by this
-    machine's kernel probe (kernel_probe.py); unchanged (and None) with GPU layers, with nothing
-    left on auto, or with the probe turned off."""
+    machine's kernel probe (kernel_probe.py) at its slot count; unchanged (and None) with GPU
+    layers, with nothing left on auto, or with the probe turned off."""
     auto = [f for f in ("flash_attn", "repack", "kv_unified") if getattr(config, f) == "auto"]
     if config.n_gpu_layers != 0 or not auto:
         return config, None
-    choice = kernel_choice()
+    choice = kernel_choice(probe_width(config.n_seq_max))
     if choice is None:
         return config, None
     update: dict[str, str] = {}

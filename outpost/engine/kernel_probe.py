@@ -2,17 +2,20 @@
 
 Each of the three is a CPU question with no answer that holds everywhere. llama.cpp's CPU flash
 attention halved decode at depth on the Intel VMs this project was built on, and is faster at every
-depth on an AMD EPYC (docs/performance.md, "Figures behind the code's constants"); the
-repacked weights are the fast layout on x86 and ARM alike except where a kernel is missing; a KV
-stream per slot beats one pool where attention dominates a step, not where the weights do. So the
-`auto` settings (`--flash-attn`, `--repack`, `--kv-unified`) are decided by a short measurement,
-once per machine, like the AMX probe (cpu_probe.py): a child process loads a fixed probe model
-(SmolLM2-135M-shaped, q4_0, synthetic: the same question on every machine, and four copies of it
-fit anywhere, which four copies of a served 20B model would not) in each variant (the default and
-one setting changed at a time), decodes PROBE_SEQS sequences at depth PROBE_DEPTH a few steps, and
-one sequence alone, round after round; the parent decides (`decide`, pure, tested with made-up
-rates for every CPU family) and caches the choice under $OUTPOST_HOME/probe, keyed by CPU model,
-kernel and llama-cpp-python version.
+depth on an AMD EPYC (docs/performance.md, "Figures behind the code's constants"); the repacked
+weights are the fast layout on x86 and ARM alike except where a kernel is missing; a KV stream per
+slot beats one pool where attention dominates a step, not where the weights do. So the `auto`
+settings (`--flash-attn`, `--repack`, `--kv-unified`) are decided by a short measurement, once per
+machine, like the AMX probe (cpu_probe.py): a child process loads a fixed probe model
+(SmolLM2-135M-shaped, q4_0, synthetic: the same question on every machine, and four copies of it fit
+anywhere, which four copies of a served 20B model would not) in each variant (the default and one
+setting changed at a time), decodes as many sequences as the server has slots at depth PROBE_DEPTH a
+few steps, and one sequence alone, round after round; the parent decides (`decide`, pure, tested
+with made-up rates for every CPU family) and caches the choice under $OUTPOST_HOME/probe, keyed by
+CPU model, kernel and llama-cpp-python version. The batch is the server's own width: the slots it
+runs (`-np`, at most MAX_PROBE_WIDTH), each width measured and cached on its own, since the answer
+changes with it (llama-batched-bench on a Zen 3: flash attention as fast or faster off at 4 and 8
+sequences, 11% slower off at 16: docs/performance.md, the 16-stream section).
 
 Two probes on one shared, loaded AMD EPYC VM once disagreed on flash attention (+20% / -19%), so a
 setting is only changed when it wins every round against the default (paired: the rounds run in
@@ -56,12 +59,15 @@ CpuFamily = Literal[
 Layout = Literal["repacked", "plain"]
 PROBE_ENV = "OUTPOST_KERNEL_PROBE"
 PROBE_TIMEOUT_S = 600.0
-PROBE_SEQS = 8  # the slots a server runs by default on 2 cores; batching is what the probe judges
+PROBE_SEQS = 8  # `outpost probe`'s width when none is given (sizing gives 2 cores 8 slots)
+# Wider servers are judged at this many sequences: the probe's time grows with the width (its
+# prefill is width x PROBE_DEPTH tokens per variant), and past it the choice no longer changed.
+MAX_PROBE_WIDTH = 32
 PROBE_DEPTH = 96  # a chat turn's depth; deep enough that attention shows, short to prefill
 PROBE_STEPS = 8
 PROBE_ROUNDS = 3
 PROBE_SHAPE = "smollm2-135m"  # outpost.models' synthetic shape the probe model has
-PROBE_VERSION = 2  # in the cache key: a choice made by an older probe is measured again
+PROBE_VERSION = 3  # in the cache key: a choice made by an older probe is measured again
 # A changed setting must beat the default by this much (both scores are medians of rounds run in
 # turn): closer than that is this machine's noise, and the default stays.
 MARGIN = 0.04
@@ -101,7 +107,7 @@ def _geomean(many: float, one: float) -> float:
 
 @dataclass(frozen=True)
 class Rates:
-    """Aggregate decode tok/s of PROBE_SEQS sequences together and of one alone (medians of the
+    """Aggregate decode tok/s of the probe's width of sequences together and of one alone (medians of the
     rounds), and each round's score, in round order (empty: not known)."""
 
     many: float
@@ -155,7 +161,12 @@ def cpu_family(cpuinfo: str, machine: str, amx_works: bool | None) -> CpuFamily:
     return "other"
 
 
-def decide(family: CpuFamily, measured: dict[str, Rates]) -> KernelChoice:
+def probe_width(n_slots: int) -> int:
+    """The width a server of `n_slots` slots is probed at."""
+    return min(max(n_slots, 1), MAX_PROBE_WIDTH)
+
+
+def decide(family: CpuFamily, measured: dict[str, Rates], width: int = PROBE_SEQS) -> KernelChoice:
     """The choice from rates keyed "default" and by TOGGLES' names (missing: not measured, kept).
 
     Each setting is judged on its own against the default and taken where its median scores MARGIN
@@ -181,7 +192,7 @@ def decide(family: CpuFamily, measured: dict[str, Rates]) -> KernelChoice:
             f"{_TOGGLE_NAMES[key]} {gain:+.0%}" + ("" if steady or gain <= 0 else " (not every round)")
         )
     layout: Layout = "plain" if chosen["layout"] == "plain" else "repacked"
-    why = f"measured {base.many:.0f} tok/s x{PROBE_SEQS}, {base.one:.0f} x1 by default; " + ", ".join(notes)
+    why = f"measured {base.many:.0f} tok/s x{width}, {base.one:.0f} x1 by default; " + ", ".join(notes)
     return KernelChoice(bool(chosen["flash_attn"]), layout, bool(chosen["kv_unified"]), family, why)
 
 
@@ -204,23 +215,26 @@ def machine_busy(load_1min: float, cpus: int) -> bool:
 
 
 @functools.cache
-def kernel_choice() -> KernelChoice | None:
-    """This machine's choice: from the cache, or measured now (~20-30 s on 2 cores, once per
-    machine) and cached. None with the probe off, or on a busy machine (the next start tries again).
-    Processes starting together (workers on one box) probe once: the others wait for its answer."""
+def kernel_choice(width: int = PROBE_SEQS) -> KernelChoice | None:
+    """This machine's choice for `width` sequences (probe_width of the server's slots): from the
+    cache, or measured now (~20-40 s on 2 cores, once per machine and width) and cached. None
+    with the probe off, or on a busy machine (the next start tries again). Processes starting
+    together (workers on one box) probe once: the others wait for its answer."""
     if not probe_enabled():
         return None
     try:
-        return measure(again=False)
+        return measure(again=False, width=width)
     except OSError as err:  # a read-only $OUTPOST_HOME: the fixed kernels, not a failed start
         _log.warning("kernel probe: %s; the default kernels this run", err)
         return None
 
 
-def measure(again: bool) -> KernelChoice | None:
-    """The cached choice, or (`again`: always) a new measurement, cached; under the probe's lock."""
-    cache = _probe_dir() / "kernels.json"
-    key = f"{_machine_key()}|kernel probe v{PROBE_VERSION}"
+def measure(again: bool, width: int = PROBE_SEQS) -> KernelChoice | None:
+    """The cached choice for `width`, or (`again`: always) a new measurement, cached; under the
+    probe's lock."""
+    width = probe_width(width)
+    cache = _probe_dir() / f"kernels-w{width}.json"
+    key = f"{_machine_key()}|kernel probe v{PROBE_VERSION}|width {width}"
     cache.parent.mkdir(parents=True, exist_ok=True)
     with (_probe_dir() / "kernels.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -237,10 +251,10 @@ def measure(again: bool) -> KernelChoice | None:
         )
         started = time.perf_counter()
         model = _probe_model()
-        measured = _run_probe(str(model)) if model is not None else {}
+        measured = _run_probe(str(model), width) if model is not None else {}
         if not measured:
             return None  # a failed probe is not an answer: keep the defaults, not cached
-        choice = decide(this_cpu_family(), measured)
+        choice = decide(this_cpu_family(), measured, width)
         _log.info("kernel probe (%.1f s): %s", time.perf_counter() - started, choice.describe())
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")
         rates = {k: asdict(v) for k, v in measured.items()}
@@ -274,9 +288,10 @@ def _probe_model() -> Path | None:
     return model
 
 
-def _run_probe(model_path: str) -> dict[str, Rates]:
-    """The child's rates; {} when it fails or times out (then `decide` keeps the defaults)."""
-    shape = [str(n) for n in (PROBE_SEQS, PROBE_DEPTH, PROBE_STEPS, PROBE_ROUNDS)]
+def _run_probe(model_path: str, width: int) -> dict[str, Rates]:
+    """The child's rates at `width` sequences; {} when it fails or times out (then `decide`
+    keeps the defaults)."""
+    shape = [str(n) for n in (width, PROBE_DEPTH, PROBE_STEPS, PROBE_ROUNDS)]
     cmd = [sys.executable, "-m", "outpost.engine.kernel_probe_child", model_path, *shape]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)

@@ -22,7 +22,6 @@ def test_probe_measures_caches_and_the_engine_obeys(
     monkeypatch.setenv("OUTPOST_KERNEL_PROBE", "on")
     # A small probe, and no deadline but pytest's own: a busy machine only makes it slower.
     small = (
-        ("PROBE_SEQS", 4),
         ("PROBE_DEPTH", 32),
         ("PROBE_STEPS", 2),
         ("PROBE_ROUNDS", 2),
@@ -36,9 +35,9 @@ def test_probe_measures_caches_and_the_engine_obeys(
     monkeypatch.setattr(kernel_probe, "PROBE_TIMEOUT_S", 3600.0)
     kernel_probe.kernel_choice.cache_clear()
     try:
-        choice = kernel_probe.kernel_choice()
+        choice = kernel_probe.kernel_choice(4)  # the Engine's 4 slots below
         assert choice is not None and "not measured" not in choice.why
-        saved = json.loads((tmp_path / "probe" / "kernels.json").read_text())
+        saved = json.loads((tmp_path / "probe" / "kernels-w4.json").read_text())
         assert set(saved["rates"]) == {"default", *kernel_probe.TOGGLES}
         assert all(r["many"] > 0 and r["one"] > 0 and len(r["rounds"]) == 2 for r in saved["rates"].values())
         assert Path(saved["model"]).name == "tiny-q4_0.gguf"  # the probe's own model, written once

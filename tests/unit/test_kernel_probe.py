@@ -136,9 +136,9 @@ def fake_probe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list
     monkeypatch.setattr(kernel_probe.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     runs: list[str] = []
 
-    def run(model_path: str) -> dict[str, Rates]:
-        runs.append(model_path)
-        return rates((320, 180), flash_attn=(383, 183))
+    def run(model_path: str, width: int) -> dict[str, Rates]:
+        runs.append(f"{model_path} x{width}")
+        return rates((320, 180), flash_attn=(383, 183) if width >= 8 else (300, 170))
 
     monkeypatch.setattr(kernel_probe, "_run_probe", run)
     kernel_probe.kernel_choice.cache_clear()
@@ -149,20 +149,47 @@ def fake_probe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list
 def test_choice_is_cached_per_machine(
     fake_probe: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    assert kernel_probe.kernel_choice() is not None
+    assert kernel_probe.kernel_choice(16) is not None
     kernel_probe.kernel_choice.cache_clear()  # a new process: reads the file, no new probe
-    cached = kernel_probe.kernel_choice()
+    cached = kernel_probe.kernel_choice(16)
     assert cached is not None and cached.flash_attn and len(fake_probe) == 1
-    saved = json.loads((tmp_path / "probe" / "kernels.json").read_text())
+    assert "x16" in cached.why
+    saved = json.loads((tmp_path / "probe" / "kernels-w16.json").read_text())
     assert saved["rates"]["flash_attn"]["many"] == 383
     saved["key"] = "another CPU"
-    (tmp_path / "probe" / "kernels.json").write_text(json.dumps(saved))
+    (tmp_path / "probe" / "kernels-w16.json").write_text(json.dumps(saved))
     kernel_probe.kernel_choice.cache_clear()
-    kernel_probe.kernel_choice()
+    kernel_probe.kernel_choice(16)
     assert len(fake_probe) == 2  # another machine's answer is not reused
     monkeypatch.setenv("OUTPOST_KERNEL_PROBE", "off")
     kernel_probe.kernel_choice.cache_clear()
     assert kernel_probe.kernel_choice() is None
+
+
+def test_each_width_is_probed_and_cached_on_its_own(fake_probe: list[str], tmp_path: Path) -> None:
+    """A server's slots are the width it is probed at (at most MAX_PROBE_WIDTH); the answers differ
+    (this fake measures flash attention faster from 8 sequences on) and live side by side."""
+    wide, narrow = kernel_probe.kernel_choice(16), kernel_probe.kernel_choice(4)
+    assert wide is not None and wide.flash_attn
+    assert narrow is not None and not narrow.flash_attn
+    kernel_probe.kernel_choice.cache_clear()
+    assert kernel_probe.kernel_choice(16) == wide and kernel_probe.kernel_choice(4) == narrow
+    assert [run.rsplit(" ", 1)[1] for run in fake_probe] == ["x16", "x4"]
+    assert {p.name for p in (tmp_path / "probe").glob("kernels*.json")} == {
+        "kernels-w16.json",
+        "kernels-w4.json",
+    }
+    assert kernel_probe.probe_width(64) == kernel_probe.MAX_PROBE_WIDTH == 32
+    assert kernel_probe.probe_width(0) == 1
+
+
+def test_a_server_is_probed_at_its_slot_count(monkeypatch: pytest.MonkeyPatch, tiny_model: Path) -> None:
+    asked: list[int] = []
+    choice = KernelChoice(True, "repacked", False, "amd-avx2", "x")
+    monkeypatch.setattr(engine_config, "kernel_choice", lambda width: asked.append(width) or choice)
+    for slots in (16, 64):
+        with_probed_kernels(EngineConfig(model_path=str(tiny_model), n_seq_max=slots))
+    assert asked == [16, 32]
 
 
 def test_the_probe_is_on_by_default(fake_probe: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -177,10 +204,10 @@ def test_a_busy_or_failed_probe_is_not_cached(
     monkeypatch.setattr(kernel_probe.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
     assert kernel_probe.kernel_choice() is None and fake_probe == []
     monkeypatch.setattr(kernel_probe.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    monkeypatch.setattr(kernel_probe, "_run_probe", lambda model_path: {})
+    monkeypatch.setattr(kernel_probe, "_run_probe", lambda model_path, width: {})
     kernel_probe.kernel_choice.cache_clear()
     assert kernel_probe.kernel_choice() is None  # failed: the defaults, and no answer saved
-    assert not (tmp_path / "probe" / "kernels.json").exists()
+    assert not list((tmp_path / "probe").glob("kernels*.json"))
 
 
 @pytest.mark.parametrize(
@@ -203,12 +230,12 @@ def test_choice_applies_to_auto_settings_only(
     asked: dict[str, str],
     expected: tuple[str, str, str],
 ) -> None:
-    monkeypatch.setattr(engine_config, "kernel_choice", lambda: choice)
+    monkeypatch.setattr(engine_config, "kernel_choice", lambda width: choice)
     cfg, got = with_probed_kernels(EngineConfig(model_path=str(tiny_model), **asked))  # type: ignore[arg-type]
     assert got is choice
     assert (cfg.flash_attn, cfg.repack, cfg.kv_unified) == expected
     amx_fault = KernelChoice(False, "plain", False, "intel-amx-fault", "x")
-    monkeypatch.setattr(engine_config, "kernel_choice", lambda: amx_fault)
+    monkeypatch.setattr(engine_config, "kernel_choice", lambda width: amx_fault)
     one_token, _ = with_probed_kernels(EngineConfig(model_path=str(tiny_model), n_seq_max=1))
     assert one_token.repack == "auto"  # AMX's one-token layout for one slot is not the probe's call
     assert with_probed_kernels(EngineConfig(model_path=str(tiny_model), n_seq_max=8))[0].repack == "off"
@@ -219,7 +246,7 @@ def test_choice_applies_to_auto_settings_only(
 def test_an_unwritable_home_keeps_the_defaults(
     fake_probe: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def read_only(again: bool) -> None:
+    def read_only(again: bool, width: int) -> None:
         raise PermissionError(13, "Permission denied", "/models/probe/kernels.lock")
 
     monkeypatch.setattr(kernel_probe, "measure", read_only)
