@@ -89,11 +89,14 @@ def ratio_table(ratios: list[dict[str, Any]]) -> list[str]:
             _target(r["output_tok_s_target"], r["output_tok_s_verdict"], ">="),
             _x(r["ttft_p50"]),
             _target(r["ttft_p50_target"], r["ttft_p50_verdict"], "<="),
+            _x(r.get("itl_p50")),
+            _target(r.get("itl_p50_target"), r.get("itl_p50_verdict"), "<="),
         ]
         for r in ratios
     ]
-    header = ["streams", f"output tok/s, {OURS} / {BASE}", "target", "TTFT p50", "target"]
-    return _table(header, "rrlrl", rows)
+    header = ["streams", f"output tok/s, {OURS} / {BASE}", "target"]
+    header += ["TTFT p50", "target", "ITL p50", "target"]
+    return _table(header, "rrlrlrl", rows)
 
 
 def prefix_table(rows: list[dict[str, Any]]) -> list[str]:
