@@ -61,7 +61,7 @@ PROBE_ENV = "OUTPOST_KERNEL_PROBE"
 PROBE_TIMEOUT_S = 600.0
 PROBE_SEQS = 8  # `outpost probe`'s width when none is given (sizing gives 2 cores 8 slots)
 # Wider servers are judged at this many sequences: the probe's time grows with the width (its
-# prefill is width x PROBE_DEPTH tokens per variant), and past it the choice no longer changed.
+# prefill is width x PROBE_DEPTH tokens per variant; 21 s at 4 and 37-47 s at 16 on 2 Zen 3 cores).
 MAX_PROBE_WIDTH = 32
 PROBE_DEPTH = 96  # a chat turn's depth; deep enough that attention shows, short to prefill
 PROBE_STEPS = 8

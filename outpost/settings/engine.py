@@ -128,11 +128,13 @@ class EngineSettings(ChatTemplateSettings):
         parse=parse_prefill_budget,
     )
     prompt_waves: int = setting(
-        8,
+        0,
         "--prompt-waves",
         help="steps: while a generating request will end within this many (by its max_tokens), a new "
         "prompt waits for it, at most 8 times as many steps, so requests that end together start "
-        "together and their prompts are read beside fewer streams (default 8; 0: off)",
+        "together and their prompts are read beside fewer streams: for closed loops and batch jobs "
+        "with one max_tokens (8 is what was measured; default 0: off, requests of mixed lengths wait "
+        "for nothing)",
         parse=int,
         ge=0,
     )
