@@ -25,7 +25,6 @@ from typing import Protocol, TypeVar
 from outpost.messages import FinishReason, GenerateRequest, TokenEvent
 from outpost.scheduler import Scheduler
 from outpost.scheduler.output import RunnerOutput, SchedulerOutput
-from outpost.serving.loop_mailbox import batched_posts, mailbox_for
 from outpost.serving.step_profile import profile_from_env
 
 _log = logging.getLogger(__name__)
@@ -213,10 +212,9 @@ class EngineCore:
         # No yield to the woken consumers here: they take the GIL while the next llama_decode
         # runs (it releases the GIL). Handing it over first (time.sleep(0)) cost time on every step
         # and was no faster for 1 or 8 streams (docs/performance.md, "Engine").
-        with batched_posts():
-            for sink, event in sinks:
-                if sink is not None:
-                    sink(event)
+        for sink, event in sinks:
+            if sink is not None:
+                sink(event)
         if self._profile is not None and out.chunks:
             marks = (start, scheduled, executed, updated, time.perf_counter())
             self._profile.record(out, result.decode_s, marks)
@@ -298,11 +296,10 @@ class LocalStream:
         self._core = core
         self._finished = False
         self._events: asyncio.Queue[TokenEvent] = asyncio.Queue()
-        box = mailbox_for(asyncio.get_running_loop())
-        put = self._events.put_nowait
+        loop = asyncio.get_running_loop()
 
         def sink(event: TokenEvent) -> None:
-            box.post(lambda: put(event))
+            loop.call_soon_threadsafe(self._events.put_nowait, event)
 
         core.submit(request, sink)
 
