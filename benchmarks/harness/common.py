@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from outpost.engine.config import EngineConfig
+from outpost.engine.kernel_probe import machine_busy
 from outpost.models import outpost_home, write_synthetic_model
 
 
@@ -33,20 +34,28 @@ def bench_model(shape: str, quant: str) -> Path:
 
 def probe_kernels(parallel: int, quiet_wait_s: float = 120.0) -> str:
     """`outpost probe -np PARALLEL` before any server starts: servers started side by side would each
-    find the machine busy with the others' loading and keep the fixed kernels. A machine still busy
-    from a previous job (load average >= CPUs: the probe would skip) is waited for, at most
-    `quiet_wait_s`. Its answer, for the report."""
+    find the machine busy with the others' loading and keep the fixed kernels. Where it did not
+    answer and the machine is busy (a previous job winding down: the probe skips then), it is asked
+    once more after waiting for a quiet machine, at most `quiet_wait_s`. Its answer, for the report."""
+    answer = _probe_once(parallel)
     cpus = len(os.sched_getaffinity(0))
-    deadline = time.monotonic() + quiet_wait_s
-    while os.getloadavg()[0] >= cpus and time.monotonic() < deadline:
-        log(f"kernel probe: waiting for a quiet machine (load {os.getloadavg()[0]:.1f} on {cpus} CPUs)")
-        time.sleep(5)
+    if answer is None and machine_busy(os.getloadavg()[0], cpus):
+        deadline = time.monotonic() + quiet_wait_s
+        while machine_busy(load := os.getloadavg()[0], cpus) and time.monotonic() < deadline:
+            log(f"kernel probe: waiting for a quiet machine (load {load:.1f} on {cpus} CPUs)")
+            time.sleep(5)
+        answer = _probe_once(parallel)
+    answer = answer or "kernel probe: not measured (a busy machine or a failed probe)"
+    line = f"{answer} (at {parallel} sequences)"
+    log(line)
+    return line
+
+
+def _probe_once(parallel: int) -> str | None:
+    """The probe's `auto kernels: ...` line, or None where it measured nothing."""
     cmd = [sys.executable, "-m", "outpost.cli", "probe", "-np", str(parallel)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("auto kernels:")), "")
-    answer = line or f"kernel probe: not measured ({out.stderr.strip().splitlines()[-1:]})"
-    log(f"{answer} (at {parallel} sequences)")
-    return f"{answer} (probed at {parallel} sequences)"
+    return next((ln for ln in out.stdout.splitlines() if ln.startswith("auto kernels:")), None)
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 300.0) -> None:

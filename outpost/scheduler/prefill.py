@@ -78,20 +78,21 @@ def prefill_chunks(
     used = decoding  # new cells this step's chunks will take
     free = sched._free_cells() - used
     cap = sched.config.prefill_budget
-    serial = sched.config.serial_prompts and cap is not None
+    serial = sched.config.serial_prompts
     if serial and cap is not None and not decoding:
         budget = min(budget, cap)
-    wave = decoding > 0 and wave_coming(sched)
+    wave: bool | None = None if decoding else False  # decided at the first prompt that could wait
     for state in sched._running:
-        if budget <= 0 and chunks:
+        if budget <= 0:
             break
         if state.prefilled or state.slot is None or state.awaiting is not None or state.lora != lora:
             continue
+        if wave is None:
+            wave = wave_coming(sched)
         if wave and _waits_for_wave(state, sched.config):
             continue
         n = min(state.n_uncomputed, budget)
-        short = cap is not None and len(state.tokens) <= SHORT_PROMPT_CHUNKS * cap
-        if (short and not (serial and chunks)) or (serial and not chunks and not decoding):
+        if _whole_step(state, cap, serial, first=not chunks, decoding=decoding):
             n = min(state.n_uncomputed, room)
         while n > free and (ops := sched._pool.evict_lru()) is not None:
             sched._ops += ops
@@ -107,3 +108,14 @@ def prefill_chunks(
         used += n
         free -= n
     return chunks
+
+
+def _whole_step(state: RequestState, cap: int | None, serial: bool, first: bool, decoding: int) -> bool:
+    """The prompt may take all the step's room, past the budget: a short one (serially, only the
+    step's first), or serially the first one with nothing generating."""
+    if cap is None:
+        return False
+    short = len(state.tokens) <= SHORT_PROMPT_CHUNKS * cap
+    if not serial:
+        return short
+    return first and (short or not decoding)

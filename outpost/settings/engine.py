@@ -133,8 +133,8 @@ class EngineSettings(ChatTemplateSettings):
         help="steps: while a generating request will end within this many (by its max_tokens), a new "
         "prompt waits for it, at most 8 times as many steps, so requests that end together start "
         "together and their prompts are read beside fewer streams: for closed loops and batch jobs "
-        "with one max_tokens (8 is what was measured; default 0: off, requests of mixed lengths wait "
-        "for nothing)",
+        "with one max_tokens (8 is what was measured; default 0: off, since with requests of mixed "
+        "lengths it raised the time to first token)",
         parse=int,
         ge=0,
     )
