@@ -50,7 +50,7 @@ class SchedulerConfig:
     draft_read_cost: what one more token in a draft model step costs (catching up a history it
         has not read: a new request's prompt), relative to a one-token target step.
     serial_prompts: a step reads at most one short prompt past the prefill budget (the CPU's
-        setting: a prompt token costs the same alone or beside others, see prefill.py).
+        setting: a prompt token costs about the same alone or beside others, see prefill.py).
     prompt_waves: steps; 0 is off. While a generating request will end within this many steps (its
         max_tokens or the context end), a prompt not yet started waits, at most PROMPT_WAVE_HOLD
         times as many steps, so requests that end together start together again (see prefill.py).

@@ -6,7 +6,7 @@ per step, after the decode tokens are placed.
 Serial prompts (`SchedulerConfig.serial_prompts`, the CPU's setting). On a CPU a prompt token
 costs about the same in a chunk of 100 as in one of 500 (the step is compute-bound past a few
 dozen tokens), so reading prompts one after another rather than several in one step costs little
-throughput (a pass over the weights per prompt) and brings every first token but the last sooner:
+throughput (a pass over the weights per prompt) and brings their first tokens a step apart:
 a step reads its first prompt whole if it is short (or all the room the step has, with nothing
 generating), and more prompts only within the prefill budget. On a GPU a prompt token costs a
 small fraction of a step, so short prompts share steps as before.
