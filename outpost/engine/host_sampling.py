@@ -121,12 +121,9 @@ class HostSampler:
         padded with -inf where a sequence's k is smaller."""
         n = len(seqs)
         row, vals, tok = self._candidates(logits, seqs)
-        if any(seq.banned.size for seq in seqs):
-            allowed = np.ones(len(row), dtype=bool)
-            for i, seq in enumerate(seqs):
-                if seq.banned.size:
-                    mine = row == i
-                    allowed[mine] = ~np.isin(tok[mine], seq.banned)
+        banned = [i * self.n_vocab + seq.banned for i, seq in enumerate(seqs) if seq.banned.size]
+        if banned:  # one pass over all rows' candidates, keyed (row, token) as row * n_vocab + token
+            allowed = ~np.isin(row * self.n_vocab + tok, np.concatenate(banned))
             row, vals, tok = row[allowed], vals[allowed], tok[allowed]
         order = np.lexsort((-vals, row))  # by row, then logit descending
         row, vals, tok = row[order], vals[order], tok[order]

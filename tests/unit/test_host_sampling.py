@@ -115,6 +115,24 @@ def test_banned_tokens_are_never_candidates_even_at_the_top() -> None:
     assert np.array_equal(values[0], np.sort(banned_row)[::-1][:40])
 
 
+def test_each_rows_bans_drop_its_own_candidates_only() -> None:
+    """One call, three rows alike: the first bans its top three, the second none, the third its
+    4th-6th; a token one row bans stays a candidate of the others."""
+    rng = np.random.default_rng(2)
+    sampler = HostSampler(49152)
+    row = peaked_row(rng, 49152, 2.0)
+    order = np.argsort(-row)
+    ban_sets = [frozenset(int(t) for t in order[:3]), frozenset(), frozenset(int(t) for t in order[3:6])]
+    p = replace(DEFAULTS, ignore_eos=True)
+    seqs = [seq(sampler, p, seed=i, bans=bans) for i, bans in enumerate(ban_sets)]
+    values, ids = sampler.top_k(np.stack([row] * 3), seqs)
+    for v, i, bans in zip(values, ids, ban_sets, strict=True):
+        expected = row.copy()
+        expected[list(bans)] = -np.inf
+        assert not bans & set(i.tolist())
+        assert np.array_equal(v, np.sort(expected)[::-1][:40])
+
+
 @pytest.mark.parametrize(
     "params",
     [
