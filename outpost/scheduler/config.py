@@ -51,9 +51,10 @@ class SchedulerConfig:
         has not read: a new request's prompt), relative to a one-token target step.
     serial_prompts: a step reads at most one short prompt past the prefill budget (the CPU's
         setting: a prompt token costs about the same alone or beside others, see prefill.py).
-    prompt_waves: steps; 0 is off. While a generating request will end within this many steps (its
-        max_tokens or the context end), a prompt not yet started waits, at most PROMPT_WAVE_HOLD
-        times as many steps, so requests that end together start together again (see prefill.py).
+    prompt_waves: steps; 0 is off. While a quarter of the generating requests (one at least) will
+        end within this many steps (max_tokens or the context end), a prompt not yet started waits,
+        at most PROMPT_WAVE_HOLD times as many steps, so requests that end together start together
+        again (see prefill.py).
     ngram_simple: ngram-simple's n-gram and draft sizes (llama-server's --spec-ngram-simple-size-n
         and -m, whose defaults these are).
     """

@@ -7,8 +7,11 @@ import pytest
 from fake_runner import reference_tokens
 from sched_harness import Harness
 
+from outpost.messages import GenerateRequest
 from outpost.scheduler import SchedulerConfig
-from outpost.scheduler.prefill import PROMPT_WAVE_HOLD
+from outpost.scheduler.prefill import PROMPT_WAVE_HOLD, _waits_for_wave
+from outpost.scheduler.request import RequestState
+from outpost.scheduler.textstream import TextStream
 
 
 def prompt(n: int, base: int = 100) -> list[int]:
@@ -83,22 +86,37 @@ def test_no_wait_for_a_stream_far_from_its_end() -> None:
     assert first_chunk_step(h, 1000) == arrived
 
 
-def test_a_wave_wait_is_bounded_when_streams_keep_ending() -> None:
-    """Streams that end one step after another would hold a prompt for as long as they last; it
-    waits at most PROMPT_WAVE_HOLD x prompt_waves steps, and is read beside the streams still going."""
-    waves = 1
-    h = Harness(config(n_slots=16, prompt_waves=waves, step_token_budget=256, prefill_budget=None))
-    for i in range(15):  # all read in the first step; then one ends every step from step 29 on
-        h.add(prompt(4, base=100 + 10 * i), max_tokens=30 + i)
-    for _ in range(29):
-        h.step()
-    newcomer = h.add(prompt(20, base=2000), max_tokens=2)
-    arrived = h.n_steps
-    h.run()
-    read_at = first_chunk_step(h, 2000)
-    assert read_at - arrived == PROMPT_WAVE_HOLD * waves
-    assert sum(1 for c in h.runner.steps[read_at].chunks if c.sample and len(c.tokens) == 1) > 0
-    assert h.token_ids(newcomer) == reference_tokens(prompt(20, base=2000), 2)
+def test_one_stream_of_many_about_to_end_is_no_wave() -> None:
+    """Eight streams, one of them 3 tokens from its end: waves of 4 steps wait for a quarter of
+    them (two), so a new prompt is read at once; with three of them about to end, it waits until
+    they have."""
+    for n_ending, waits in ((1, False), (3, True)):
+        h = Harness(config(n_slots=16, prompt_waves=4, step_token_budget=256, prefill_budget=None))
+        for i in range(8):  # all read in the first step
+            h.add(prompt(4, base=100 + 10 * i), max_tokens=6 if i < n_ending else 60)
+        for _ in range(3):  # the prompt step and two tokens: the short ones have three left
+            h.step()
+        arrived = h.n_steps
+        newcomer = h.add(prompt(20, base=2000), max_tokens=2)
+        h.run()
+        read_at = first_chunk_step(h, 2000)
+        short_ends = max(i for i, out in enumerate(h.runner.steps) for c in out.chunks if c.seq_id == 0)
+        assert read_at == (short_ends + 1 if waits else arrived), (n_ending, read_at, arrived)
+        assert h.token_ids(newcomer) == reference_tokens(prompt(20, base=2000), 2)
+
+
+def test_a_wave_wait_is_bounded() -> None:
+    """However long a wave keeps coming, a prompt not yet started waits at most PROMPT_WAVE_HOLD x
+    prompt_waves steps; one already started (a long prompt read in chunks) never waits."""
+    waves = 3
+    cfg = config(prompt_waves=waves)
+    req = GenerateRequest(prompt_tokens=[1, 2], max_tokens=4)
+    state = RequestState(req=req, tokens=[1, 2], text=TextStream(), budget=4)
+    assert [_waits_for_wave(state, cfg) for _ in range(PROMPT_WAVE_HOLD * waves + 2)] == [True] * (
+        PROMPT_WAVE_HOLD * waves
+    ) + [False, False]
+    started = RequestState(req=req, tokens=[1, 2], text=TextStream(), budget=4, scheduled_at=0.0)
+    assert not _waits_for_wave(started, cfg)
 
 
 def test_prompt_waves_must_not_be_negative() -> None:
