@@ -203,9 +203,33 @@ def test_infill_builds_llama_servers_fim_prompt_and_answers_natively() -> None:
     assert res.status_code == 200, res.text
     assert res.json()["content"] == "x = 1" and res.json()["stop_type"] == "limit"
     o = ord
-    expected = [4, *map(o, "myproject\n"), 5, o("f"), o("g"), 5, *map(o, "filename\n")]
+    expected = [4, *map(o, "myproject\n"), 5, *map(o, "f\n"), o("g"), 5, *map(o, "filename\n")]
     expected += [1, o("a"), o("b"), o("d"), 2, o("c"), 3]
     assert backend.prompts == [expected]
+
+
+def test_infill_takes_token_ids_in_prefix_and_suffix_and_a_snippet_line_without_fim_sep() -> None:
+    """As llama-server's format_prompt_infill: `input_prefix`/`input_suffix` may mix text and ids;
+    with no FIM_SEP token each extra chunk follows its "--- snippet ---" line, and no file names."""
+    backend = FakeBackend("x")
+    backend.codec.fim_tokens = FimTokens(pre=1, suf=2, mid=3)  # type: ignore[misc]
+    body = {"input_prefix": ["a", 7], "input_suffix": [8], "input_extra": [{"filename": "f", "text": "g"}]}
+    res = call(backend, "POST", "/infill", body)
+    assert res.status_code == 200, res.text
+    snippet = [ord(c) for c in "\n\n--- snippet ---\n\n"]
+    assert backend.prompts == [[*snippet, ord("g"), 1, ord("a"), 7, 2, 8, 3]]
+
+
+def test_infill_refuses_a_token_id_prompt_and_ids_out_of_range() -> None:
+    """llama-server's 400 '"prompt" must be a string' (Outpost used to drop such a prompt silently);
+    an id past the vocabulary in `input_prefix` is a 400 naming the field. Nothing is generated."""
+    backend = FakeBackend("x")
+    backend.codec.fim_tokens = FIM  # type: ignore[misc]
+    ids = call(backend, "POST", "/infill", {"input_prefix": "a", "input_suffix": "b", "prompt": [5, 6]})
+    assert ids.status_code == 400 and ids.json()["error"]["message"] == '"prompt" must be a string'
+    far = call(backend, "POST", "/infill", {"input_prefix": [10**9], "input_suffix": "b"})
+    assert far.status_code == 400 and far.json()["error"]["param"] == "input_prefix"
+    assert backend.submitted == []
 
 
 def test_infill_without_fim_tokens_is_llama_servers_501() -> None:

@@ -1,10 +1,13 @@
 """llama-server's `POST /infill`: fill-in-the-middle code completion.
 
-The prompt is built as llama-server's `format_prompt_infill` builds it (tools/server/utils):
-`[BOS] [FIM_REP repo] ([FIM_SEP file] text)* [FIM_SEP file] FIM_PRE prefix+prompt FIM_SUF suffix
-FIM_MID`, the extra chunks (`input_extra`) only where the model has FIM_REP/FIM_SEP tokens. The
-rest (sampling, reply, stream) is `/completion`'s. A model without the FIM tokens is llama-server's
-501 "Infill is not supported by this model".
+The prompt is built as llama-server's `format_prompt_infill` builds it (tools/server/server-common):
+`[BOS] [FIM_REP "myproject\n"] ([FIM_SEP filename"\n"] text)* [FIM_SEP "filename\n"] FIM_PRE prefix
+prompt FIM_SUF suffix FIM_MID`; a model without FIM_SEP gets llama-server's "--- snippet ---" line
+before each extra chunk instead. `input_prefix` and `input_suffix` may mix text and token ids, as
+there; `prompt` must be text (llama-server's 400). Two differences: BOS comes first (llama-server
+puts the extra chunks before it), and nothing is cut to fit a batch: a prompt past the context is
+the usual 400. The rest (sampling, reply, stream) is `/completion`'s. A model without the FIM
+tokens is llama-server's 501 "Infill is not supported by this model".
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import Field
 
-from outpost.api.errors import ApiError
+from outpost.api.errors import ApiError, bad_request
 from outpost.api.llama import completion
-from outpost.api.llama.schemas import NativeCompletionRequest
+from outpost.api.llama.schemas import NativeCompletionRequest, PromptPiece
+from outpost.api.pipeline.mapping import check_token_ids
 from outpost.api.pipeline.schemas import Body
 from outpost.api.state import state_of
 from outpost.backend import PromptCodec
@@ -32,9 +36,13 @@ class ExtraChunk(Body):
 
 
 class InfillRequest(NativeCompletionRequest):
-    input_prefix: str = ""
-    input_suffix: str = ""
+    input_prefix: str | list[PromptPiece] = ""
+    input_suffix: str | list[PromptPiece] = ""
     input_extra: list[ExtraChunk] = Field(default_factory=list)
+
+
+# llama-server's separator before an extra chunk where the model has no FIM_SEP token.
+SNIPPET_LINE = "\n\n--- snippet ---\n\n"
 
 
 def not_supported(message: str) -> ApiError:
@@ -46,18 +54,22 @@ def infill_tokens(codec: PromptCodec, fim: FimTokens, body: InfillRequest) -> li
     def tok(text: str) -> list[int]:
         return codec.tokenize(text, add_special=False, parse_special=False) if text else []
 
+    def mixed(value: str | list[PromptPiece], param: str) -> list[int]:
+        pieces = [value] if isinstance(value, str) else value
+        check_token_ids(codec, [p for p in pieces if isinstance(p, int)], param)
+        return [t for p in pieces for t in ([p] if isinstance(p, int) else tok(p))]
+
     extra: list[int] = []
     if fim.rep >= 0:
         extra += [fim.rep, *tok("myproject\n")]
     for chunk in body.input_extra:
-        if fim.sep >= 0:
-            extra += [fim.sep, *tok(chunk.filename)]
+        extra += [fim.sep, *tok(chunk.filename + "\n")] if fim.sep >= 0 else tok(SNIPPET_LINE)
         extra += tok(chunk.text)
     if fim.sep >= 0:
         extra += [fim.sep, *tok("filename\n")]
-    prompt = body.prompt if isinstance(body.prompt, str) else ""
-    prefix = [fim.pre, *tok(body.input_prefix), *tok(prompt)]
-    suffix = [fim.suf, *tok(body.input_suffix)]
+    prompt = tok(body.prompt) if isinstance(body.prompt, str) else []
+    prefix = [fim.pre, *mixed(body.input_prefix, "input_prefix"), *prompt]
+    suffix = [fim.suf, *mixed(body.input_suffix, "input_suffix")]
     bos = [codec.bos_token] if codec.bos_token >= 0 else []
     return [*bos, *extra, *prefix, *suffix, fim.mid]
 
@@ -69,6 +81,15 @@ async def infill(body: InfillRequest, request: Request) -> Response:
     codec = served[1].codec
     if missing := codec.fim_tokens.missing():
         raise not_supported(f"Infill is not supported by this model: {' '.join(missing)}")
+    if not isinstance(body.prompt, str):
+        raise bad_request('"prompt" must be a string', param="prompt")
     tokens = await asyncio.to_thread(infill_tokens, codec, codec.fim_tokens, body)
-    text = body.input_prefix + (body.prompt if isinstance(body.prompt, str) else "")
+    text = _shown(codec, body.input_prefix) + body.prompt
     return await completion.run(request, body, served, [tokens], [text])
+
+
+def _shown(codec: PromptCodec, value: str | list[PromptPiece]) -> str:
+    """The prefix as text, for the reply's `prompt` (ids detokenized)."""
+    if isinstance(value, str):
+        return value
+    return "".join(p if isinstance(p, str) else codec.detokenize([p]) for p in value)
