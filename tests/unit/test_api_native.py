@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -63,6 +64,25 @@ def test_token_ids_and_mixed_prompts_are_one_prompt_each() -> None:
     assert call(backend, "POST", "/completion", {"prompt": [72, 105]}).status_code == 200
     assert call(backend, "POST", "/completion", {"prompt": ["A", 66, "C"]}).status_code == 200
     assert backend.prompts == [[72, 105], [65, 66, 67]]
+
+
+class ByteCodec(FakeCodec):
+    """Token ids are UTF-8 bytes: one character may take several tokens, as in byte-level BPE."""
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return list(text.encode())
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return bytes(tokens).decode(errors="replace")
+
+
+def test_the_replys_prompt_detokenizes_each_run_of_ids_whole() -> None:
+    """The "é" of the prompt is two byte tokens: read one by one they would be two replacement characters."""
+    backend = FakeBackend("ok")
+    backend.codec = ByteCodec()
+    res = call(backend, "POST", "/completion", {"prompt": ["caf", *"é".encode(), " au lait"]})
+    assert res.status_code == 200, res.text
+    assert res.json()["prompt"] == "café au lait"
 
 
 def test_several_prompts_give_a_list_of_results_with_index() -> None:

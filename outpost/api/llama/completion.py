@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -21,7 +22,13 @@ from fastapi.responses import JSONResponse, Response
 from outpost.api.errors import bad_request
 from outpost.api.llama import render as native_render
 from outpost.api.llama.render import NativeSpec
-from outpost.api.llama.schemas import DEFAULT_SAMPLERS, SAMPLER_NAMES, NativeCompletionRequest, prompt_pieces
+from outpost.api.llama.schemas import (
+    DEFAULT_SAMPLERS,
+    SAMPLER_NAMES,
+    NativeCompletionRequest,
+    PromptPiece,
+    prompt_pieces,
+)
 from outpost.api.pipeline import mapping
 from outpost.api.pipeline.generation import Generation, Outcome, failure, outcome_error
 from outpost.api.pipeline.sse import merge, sse, sse_response, with_keepalive
@@ -121,8 +128,19 @@ async def completion(body: NativeCompletionRequest, request: Request) -> Respons
     codec = served[1].codec
     pieces = prompt_pieces(body.prompt)
     token_lists = [await asyncio.to_thread(mapping.mixed_tokens, codec, p) for p in pieces]
-    texts = ["".join(p if isinstance(p, str) else codec.detokenize([p]) for p in pc) for pc in pieces]
+    texts = [prompt_text(codec, pc) for pc in pieces]
     return await run(request, body, served, token_lists, texts)
+
+
+def prompt_text(codec: PromptCodec, pieces: Sequence[PromptPiece]) -> str:
+    """A prompt of text and token ids as text, for the reply's `prompt`: each run of ids is
+    detokenized whole, since a character's bytes may lie in several tokens."""
+    text: list[str] = []
+    for ids, run in itertools.groupby(pieces, key=lambda p: isinstance(p, int)):
+        group = list(run)
+        ints, strs = [p for p in group if isinstance(p, int)], [p for p in group if isinstance(p, str)]
+        text.append(codec.detokenize(ints) if ids else "".join(strs))
+    return "".join(text)
 
 
 async def run(

@@ -84,12 +84,6 @@ async def infill(body: InfillRequest, request: Request) -> Response:
     if not isinstance(body.prompt, str):
         raise bad_request('"prompt" must be a string', param="prompt")
     tokens = await asyncio.to_thread(infill_tokens, codec, codec.fim_tokens, body)
-    text = _shown(codec, body.input_prefix) + body.prompt
+    prefix = [body.input_prefix] if isinstance(body.input_prefix, str) else body.input_prefix
+    text = completion.prompt_text(codec, prefix) + body.prompt
     return await completion.run(request, body, served, [tokens], [text])
-
-
-def _shown(codec: PromptCodec, value: str | list[PromptPiece]) -> str:
-    """The prefix as text, for the reply's `prompt` (ids detokenized)."""
-    if isinstance(value, str):
-        return value
-    return "".join(p if isinstance(p, str) else codec.detokenize([p]) for p in value)
