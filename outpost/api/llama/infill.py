@@ -21,7 +21,7 @@ from pydantic import Field
 from outpost.api.errors import ApiError, bad_request
 from outpost.api.llama import completion
 from outpost.api.llama.schemas import NativeCompletionRequest, PromptPiece
-from outpost.api.pipeline.mapping import check_token_ids
+from outpost.api.pipeline.mapping import mixed_tokens
 from outpost.api.pipeline.schemas import Body
 from outpost.api.state import state_of
 from outpost.backend import PromptCodec
@@ -55,9 +55,7 @@ def infill_tokens(codec: PromptCodec, fim: FimTokens, body: InfillRequest) -> li
         return codec.tokenize(text, add_special=False, parse_special=False) if text else []
 
     def mixed(value: str | list[PromptPiece], param: str) -> list[int]:
-        pieces = [value] if isinstance(value, str) else value
-        check_token_ids(codec, [p for p in pieces if isinstance(p, int)], param)
-        return [t for p in pieces for t in ([p] if isinstance(p, int) else tok(p))]
+        return mixed_tokens(codec, _pieces(value), param, special=False)
 
     extra: list[int] = []
     if fim.rep >= 0:
@@ -84,6 +82,9 @@ async def infill(body: InfillRequest, request: Request) -> Response:
     if not isinstance(body.prompt, str):
         raise bad_request('"prompt" must be a string', param="prompt")
     tokens = await asyncio.to_thread(infill_tokens, codec, codec.fim_tokens, body)
-    prefix = [body.input_prefix] if isinstance(body.input_prefix, str) else body.input_prefix
-    text = completion.prompt_text(codec, prefix) + body.prompt
+    text = completion.prompt_text(codec, _pieces(body.input_prefix)) + body.prompt
     return await completion.run(request, body, served, [tokens], [text])
+
+
+def _pieces(value: str | list[PromptPiece]) -> list[PromptPiece]:
+    return [value] if isinstance(value, str) else value

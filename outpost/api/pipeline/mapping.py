@@ -89,14 +89,19 @@ def check_token_ids(codec: PromptCodec, tokens: Sequence[int], param: str) -> No
         raise bad_request(f"token id {bad} is out of range: the vocabulary has {n_vocab} tokens", param=param)
 
 
-def mixed_tokens(codec: PromptCodec, pieces: Sequence[str | int], param: str = "prompt") -> list[int]:
-    """Text pieces tokenized (BOS only before the first, as llama-server's tokenize_mixed), ids kept."""
+def mixed_tokens(
+    codec: PromptCodec, pieces: Sequence[str | int], param: str = "prompt", special: bool = True
+) -> list[int]:
+    """Text pieces tokenized (BOS only before the first, as llama-server's tokenize_mixed), ids kept.
+    special=False: no BOS and special tokens read as text (tokenize_mixed(..., false, false))."""
     out: list[int] = []
     ids = [p for p in pieces if isinstance(p, int)]
     check_token_ids(codec, ids, param)
     for i, piece in enumerate(pieces):
         if isinstance(piece, int):
             out.append(piece)
+        elif not special:
+            out += codec.tokenize(piece, add_special=False, parse_special=False) if piece else []
         elif i == 0:
             out += codec.tokenize_prompt(piece)
         else:
