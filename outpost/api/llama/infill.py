@@ -5,9 +5,9 @@ The prompt is built as llama-server's `format_prompt_infill` builds it (tools/se
 prompt FIM_SUF suffix FIM_MID`; a model without FIM_SEP gets llama-server's "--- snippet ---" line
 before each extra chunk instead. `input_prefix` and `input_suffix` may mix text and token ids, as
 there; `prompt` must be text (llama-server's 400). Two differences: BOS comes first (llama-server
-puts the extra chunks before it), and nothing is cut to fit a batch: a prompt past the context is
-the usual 400. The rest (sampling, reply, stream) is `/completion`'s. A model without the FIM
-tokens is llama-server's 501 "Infill is not supported by this model".
+puts the extra chunks before it), and nothing is cut to fit a batch. The rest (sampling, reply,
+stream) is `/completion`'s. A model without the FIM tokens is llama-server's 501 "Infill is not
+supported by this model".
 """
 
 from __future__ import annotations
