@@ -26,7 +26,8 @@ its first request (the request waits, bounded by `--model-load-timeout`; past th
 pool's reason as its error, as a request the backend refuses does).
 
 Decoding runs on the backend's engine thread; this event loop only moves messages (AMQP heartbeats keep
-flowing during long prefills).
+flowing during long prefills). Gateways' cancels and their answers to `resume?` arrive on two side
+channels (control.py).
 """
 
 from __future__ import annotations
@@ -53,13 +54,13 @@ from outpost.cluster.broker import topology
 from outpost.cluster.broker.session import BrokerSession, cancelled_here, survive_connection_loss
 from outpost.cluster.heartbeat import encode_heartbeat
 from outpost.cluster.worker.cancels import CancelMemory
+from outpost.cluster.worker.control import SideChannels
 from outpost.cluster.worker.intake import LANE, SHARED, Intake
 from outpost.cluster.worker.outbox import Outboxes
 from outpost.cluster.worker.requests import BackendRequests, final_without_running
 from outpost.cluster.worker.resume import (
     ResumesFirst,
     ResumeUnanswered,
-    ask_resume,
     continued,
     forward,
     may_have_started,
@@ -105,7 +106,7 @@ class Worker:
         self.slots = sum(m.slots for m in model)  # fixed for the engines' life: the intakes' credits
         self.worker_id = worker_id or default_worker_id()
         self._cancels = CancelMemory()
-        self._resumes: dict[str, asyncio.Future[wire.ResumeState]] = {}
+        self._side = SideChannels(self.worker_id, self._cancels, self.served)
         self._first = ResumesFirst()
         self._draining = False
         self.completed = 0
@@ -184,10 +185,10 @@ class Worker:
             f"outpost.control.{self.worker_id}", exclusive=True, auto_delete=True
         )
         await control_q.bind(control)
-        await control_q.consume(self._on_control, no_ack=True)
+        await control_q.consume(self._side.on_control, no_ack=True)
         self._private = topology.reply_queue(f"worker.{self.worker_id}")
         private_q = await side.declare_queue(self._private, exclusive=True, auto_delete=True)
-        await private_q.consume(self._on_private, no_ack=True)
+        await private_q.consume(self._side.on_private, no_ack=True)
         self._conn, self._pub = conn, pub
         self._probe = await conn.channel()  # depths only: a failed declare must not close pub or consume_ch
         resume_ch = session.essential(await conn.channel())
@@ -256,31 +257,6 @@ class Worker:
             hb = m.heartbeat(self.worker_id, self._draining, self.completed, names)
             message = aio_pika.Message(encode_heartbeat(hb), expiration=topology.WORKER_TTL_S)
             await self._status.publish(message, routing_key="", mandatory=False, timeout=5)
-
-    # -- control --------------------------------------------------------------------------------
-
-    async def _on_control(self, message: AbstractIncomingMessage) -> None:
-        try:
-            cancel = wire.decode_cancel(message.body)
-        except wire.WireError as exc:
-            _log.warning("ignoring a control message: %s", exc)
-            return
-        if self._cancels.should_stop(cancel.request_id, cancel.before_attempt):
-            if cancel.before_attempt is not None:
-                rid = cancel.request_id
-                _log.warning("worker %s: %s was resumed elsewhere; ending this copy", self.worker_id, rid)
-            for m in self.served.values():  # an id unknown to a backend is nothing to it
-                await m.backend.abort(cancel.request_id)
-
-    async def _on_private(self, message: AbstractIncomingMessage) -> None:
-        try:
-            state = wire.decode_resume(message.body)
-        except wire.WireError as exc:
-            _log.warning("ignoring a message on the private queue: %s", exc)
-            return
-        future = self._resumes.get(state.request_id)
-        if future is not None and not future.done():
-            future.set_result(state)
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -353,7 +329,8 @@ class Worker:
         """A request some worker may have started: continue it from what its client already has."""
         rid, reply_to = request.request_id, message.reply_to
         assert reply_to is not None
-        state = await self._ask_resume(rid, reply_to)
+        exchange, since = self._pub.default_exchange, self._session.since_connected
+        state = await self._side.ask_resume(exchange, self._private, rid, reply_to, since)
         if state is None:
             await self._park(message, rid, reply_to)
             return
@@ -408,18 +385,6 @@ class Worker:
     async def _pass_on(self, m: ServedModel, message: AbstractIncomingMessage, body: bytes) -> bool:
         """A request from the resume queue that streamed nothing goes to the shared queue (resume.forward)."""
         return await forward(self._pub.default_exchange, message, body, topology.request_queue(m.name))
-
-    async def _ask_resume(self, rid: str, reply_to: str) -> wire.ResumeState | None:
-        """What the client already has (resume.ask_resume); None when its gateway is gone."""
-        future: asyncio.Future[wire.ResumeState] = asyncio.get_running_loop().create_future()
-        self._resumes[rid] = future
-        try:
-            exchange = self._pub.default_exchange
-            return await ask_resume(
-                exchange, self._private, rid, reply_to, future, self._session.since_connected
-            )
-        finally:
-            self._resumes.pop(rid, None)
 
     async def _park(self, message: AbstractIncomingMessage, rid: str, reply_to: str) -> None:
         """Hand back a request whose gateway cannot be reached (resume.park), then let it go here."""
