@@ -115,7 +115,9 @@ def _in_flight_across(gateway: Gateway, break_broker: Any) -> list[tuple[int, st
         )
         break_broker()
         results = [f.result(timeout=600) for f in futures]
-    assert watch.stop() <= SLOTS  # never more requests held than slots
+    # Its credits hold at most SLOTS; the resume queue up to SLOTS more, only streams that lost
+    # their worker (docs/DESIGN.md, "Interrupted first"), so a kill -9 may show 5 or 6 held.
+    assert watch.stop() <= 2 * SLOTS
     return results
 
 

@@ -221,3 +221,18 @@ def test_raw_generate_sends_the_prompt_as_written_and_continues_from_context() -
         assert r.status_code == 400 and "suffix" in r.json()["error"]
 
     run(backend, go)
+
+
+def test_pull_progress_skips_a_part_renamed_into_place_while_it_looks(tmp_path: Path) -> None:
+    """A download that ends between the progress poll's listing and its stat of the file must not
+    end /api/pull's stream mid-body: the vanished part (a dangling link here) is skipped."""
+    from outpost.api.ollama.models import _partial_bytes
+    from outpost.models.store import ModelStore
+
+    store = ModelStore(tmp_path / "models")
+    assert _partial_bytes(store) is None  # no download has started: no partial directory
+    store.partial_dir.mkdir(parents=True)
+    (store.partial_dir / "gone.part").symlink_to(tmp_path / "renamed-away")
+    assert _partial_bytes(store) is None
+    (store.partial_dir / "abc.part").write_bytes(b"x" * 7)
+    assert _partial_bytes(store) == ("abc", 7)

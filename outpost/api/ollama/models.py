@@ -10,6 +10,7 @@ not being served. A name not served and not stored is a 404 `model 'x' not found
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -263,10 +264,17 @@ async def _ndjson(objs: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
 
 
 def _partial_bytes(store: ModelStore) -> tuple[str, int] | None:
-    if not store.partial_dir.is_dir():
+    """The newest partial download's (name, bytes so far), or None. A part the pull renames into
+    place (done) between the listing and its stat is skipped, not an error mid-stream."""
+    sizes: list[tuple[float, str, int]] = []
+    for part in store.partial_dir.glob("*.part"):  # none when the directory does not exist
+        with contextlib.suppress(FileNotFoundError):
+            st = part.stat()
+            sizes.append((st.st_mtime, part.stem, st.st_size))
+    if not sizes:
         return None
-    parts = sorted(store.partial_dir.glob("*.part"), key=lambda p: p.stat().st_mtime)
-    return (parts[-1].stem, parts[-1].stat().st_size) if parts else None
+    _, stem, size = max(sizes)
+    return stem, size
 
 
 async def _pull_progress(name: str, status: list[int]) -> AsyncIterator[dict[str, Any]]:

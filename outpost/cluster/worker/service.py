@@ -112,7 +112,7 @@ class Worker:
         self.completed = 0
         self._watches: list[asyncio.Future[None]] = []
         self._held = 0
-        self.max_held = 0  # the most requests it ever held at once (never more than its slots)
+        self.max_held = 0  # the most credit-delivered requests held at once (never more than its slots)
         self._conn: AbstractConnection | None = None
         self._session = BrokerSession(self.urls, "", self._setup)  # replaced by run()'s
         self._outboxes = Outboxes(self._publish_reply)
