@@ -2,10 +2,12 @@
 
 Run a server (or `python -m benchmarks.serve`) with OUTPOST_STEP_PROFILE=FILE
 (outpost/serving/step_profile.py), then `python -m benchmarks.serve.steps FILE [--plot PNG]`.
-Steps are grouped by how many sequences they decode and whether they also read prompt tokens;
-each group's mean milliseconds per part add up to its mean step (a step's ITL share: from the end
-of the step before to its end), beside its median. The threads' CPU seconds show how much the HTTP
-/ SSE side (the main thread's event loop) takes beside the engine thread and llama.cpp's workers.
+Steps are grouped by how many sequences they decode and whether they also read prompt tokens.
+The table gives each group's mean runs of consecutive seq ids (with a KV stream per slot llama.cpp
+decodes each run as its own micro-batch; 1 where a profile predates the field), and each group's
+mean milliseconds per part, which add up to its mean step (a step's ITL share: from the end of the
+step before to its end), beside its median. The threads' CPU seconds show how much the HTTP / SSE
+side (the main thread's event loop) takes beside the engine thread and llama.cpp's workers.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ class Group:
     parts: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     totals: list[float] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)
+    runs: list[int] = field(default_factory=list)
 
     def add(self, step: dict[str, float]) -> None:
         for part in PARTS:
             self.parts[part].append(step[part])
         self.totals.append(sum(step[p] for p in PARTS))
         self.prompt_tokens.append(int(step["prompt"]))
+        self.runs.append(int(step.get("runs", 1)))
 
 
 @dataclass
@@ -74,13 +78,14 @@ def read_profile(lines: Iterable[str], widths: set[int] | None = None) -> Profil
 
 def table(profile: Profile) -> str:
     """A markdown table: a row per (width, with prompt), mean ms per part, mean and p50 step."""
-    head = "| decoding | prompt tokens | steps | " + " | ".join(PARTS) + " | step mean | step p50 |"
-    rows = [head, "|" + "---:|" * (len(PARTS) + 5)]
+    head = "| decoding | prompt tokens | steps | runs | " + " | ".join(PARTS) + " | step mean | step p50 |"
+    rows = [head, "|" + "---:|" * (len(PARTS) + 6)]
     for (width, with_prompt), g in sorted(profile.groups.items()):
         tokens = f"{statistics.mean(g.prompt_tokens):.0f} (mean)" if with_prompt else "0"
         means = " | ".join(f"{statistics.mean(g.parts[p]):.2f}" for p in PARTS)
         total = f"{statistics.mean(g.totals):.2f} | {statistics.median(g.totals):.2f}"
-        rows.append(f"| {width} | {tokens} | {len(g.totals)} | {means} | {total} |")
+        runs = f"{statistics.mean(g.runs):.2f}"
+        rows.append(f"| {width} | {tokens} | {len(g.totals)} | {runs} | {means} | {total} |")
     return "\n".join(rows)
 
 

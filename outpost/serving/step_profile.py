@@ -2,12 +2,12 @@
 
 `OUTPOST_STEP_PROFILE=FILE` (a diagnostic knob, as OUTPOST_DEBUG_STEP_DELAY_MS is a test one) makes
 every engine core append one record per step that decodes: its width (sequences decoding one token,
-prompt tokens read) and the milliseconds spent waiting before it (the lock, jobs, the GIL: `wait`),
-scheduling, in `llama_decode`, in the rest of the runner (sampling, memory ops, the batch), updating
-the scheduler and handing events to their sinks. About once a second it appends each thread's CPU
-seconds, so the HTTP/SSE side (the event loop's thread) shows beside the engine's and llama.cpp's
-worker threads. `python -m benchmarks.serve.steps FILE` reads it. A file, not a metric: it is only
-written when asked for.
+prompt tokens read, runs of consecutive seq ids) and the milliseconds spent waiting before it (the
+lock, jobs, the GIL: `wait`), scheduling, in `llama_decode`, in the rest of the runner (sampling,
+memory ops, the batch), updating the scheduler and handing events to their sinks. About once a
+second it appends each thread's CPU seconds, so the HTTP/SSE side (the event loop's thread) shows
+beside the engine's and llama.cpp's worker threads. `python -m benchmarks.serve.steps FILE` reads
+it. A file, not a metric: it is only written when asked for.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ class StepProfile:
                 "t": round(emitted, 6),
                 "decode": n_decode,
                 "prompt": n_prompt,
+                "runs": seq_id_runs(out),
                 "wait": _ms(wait),
                 "schedule": _ms(scheduled - start),
                 "llama_decode": _ms(decode_s),
@@ -98,6 +99,13 @@ class StepProfile:
 
     def _write(self, record: dict[str, object]) -> None:
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+
+def seq_id_runs(out: SchedulerOutput) -> int:
+    """Runs of consecutive seq ids in the step's batch: with a KV stream per slot, llama.cpp's
+    passes over the weights (llama_batch_allocr::split_equal, sequential), one per run at least."""
+    ids = sorted({c.seq_id for c in out.chunks})
+    return sum(1 for i, seq in enumerate(ids) if i == 0 or seq != ids[i - 1] + 1)
 
 
 def _ms(seconds: float) -> float:

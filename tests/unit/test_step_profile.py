@@ -14,9 +14,9 @@ from fake_runner import FakeRunner
 from benchmarks.serve.steps import PARTS, read_profile, table
 from outpost.messages import GenerateRequest
 from outpost.scheduler import Scheduler, SchedulerConfig
-from outpost.scheduler.output import RunnerOutput, SchedulerOutput
+from outpost.scheduler.output import BatchChunk, RunnerOutput, SchedulerOutput
 from outpost.serving.engine_core import EngineClient, EngineCore
-from outpost.serving.step_profile import PROFILE_ENV
+from outpost.serving.step_profile import PROFILE_ENV, seq_id_runs
 
 CLAIMED_DECODE_S = 0.0025  # what the fake says each llama_decode took
 
@@ -73,6 +73,7 @@ def test_each_decoding_step_is_a_record_of_its_width_and_parts(
     assert sum(s["decode"] for s in steps) == 2 * 3
     assert sum(s["prompt"] for s in steps) == 3 + 2
     assert all(s["llama_decode"] == CLAIMED_DECODE_S * 1e3 for s in steps)
+    assert all(s["runs"] == 1 for s in steps)  # seq ids 0 and 1, or one of them
     assert all(set(PARTS) <= s.keys() and s["schedule"] >= 0 and s["emit"] >= 0 for s in steps)
     cpu = [r["cpu"] for r in records if "cpu" in r]
     assert len(cpu) >= 2, "one record at the first step, one when the core stops"
@@ -90,15 +91,16 @@ def test_no_file_is_written_unless_asked(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_the_summary_groups_steps_by_width_and_its_parts_add_up_to_the_step() -> None:
-    def step(decode: int, prompt: int, ms: float) -> str:
+    def step(decode: int, prompt: int, ms: float, runs: int | None = None) -> str:
         parts = dict.fromkeys(PARTS, ms)
-        return json.dumps({"t": 0, "decode": decode, "prompt": prompt, **parts})
+        extra = {} if runs is None else {"runs": runs}
+        return json.dumps({"t": 0, "decode": decode, "prompt": prompt, **parts, **extra})
 
     lines = [
         json.dumps({"start": 0, "pid": 7, "engine_tid": 8}),
         json.dumps({"t": 10.0, "cpu": {"engine": 1.0, "main": 2.0, "other": 3.0}}),
         step(16, 0, 1.0),
-        step(16, 0, 3.0),
+        step(16, 0, 3.0, runs=2),
         step(16, 120, 10.0),
         step(4, 0, 0.5),
         json.dumps({"t": 0, "decode": 16, "prompt": 0, **dict.fromkeys(PARTS, 1.0), "wait": 5000.0}),
@@ -113,5 +115,20 @@ def test_the_summary_groups_steps_by_width_and_its_parts_add_up_to_the_step() ->
     assert profile.groups[(16, False)].totals == [6.0, 18.0]  # six parts each; the idle wait left out
     assert profile.cpu == {"engine": 2.0, "main": 4.0, "other": 8.0} and profile.wall_s == 10.0
     rows = table(profile).splitlines()
-    assert rows[2].startswith("| 4 | 0 | 1 |") and rows[-1].startswith("| 16 | 120 (mean) | 1 | 10.00")
+    assert rows[2].startswith("| 4 | 0 | 1 | 1.00 |") and rows[-1].startswith(
+        "| 16 | 120 (mean) | 1 | 1.00 | 10.00"
+    )
+    assert rows[3].startswith("| 16 | 0 | 2 | 1.50 |")  # a profile without runs counts one
     assert read_profile(lines, widths={4}).groups.keys() == {(4, False)}
+
+
+@pytest.mark.parametrize(
+    ("seq_ids", "runs"), [((), 0), ((3,), 1), ((0, 1, 2, 3), 1), ((0, 2, 3, 4), 2), ((5, 0, 15, 1), 3)]
+)
+def test_a_steps_runs_are_its_stretches_of_consecutive_seq_ids(seq_ids: tuple[int, ...], runs: int) -> None:
+    """With a KV stream per slot llama.cpp decodes each such stretch as its own micro-batch; a
+    sequence with several chunks (a draft, a prompt) counts once."""
+    chunks = [BatchChunk(seq, [1], 0, True) for seq in seq_ids] + [
+        BatchChunk(s, [2], 1, True) for s in seq_ids[:1]
+    ]
+    assert seq_id_runs(SchedulerOutput(chunks=chunks)) == runs
