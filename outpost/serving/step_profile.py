@@ -102,8 +102,8 @@ class StepProfile:
 
 
 def seq_id_runs(out: SchedulerOutput) -> int:
-    """Runs of consecutive seq ids in the step's batch: with a KV stream per slot, llama.cpp's
-    passes over the weights (llama_batch_allocr::split_equal, sequential), one per run at least."""
+    """Runs of consecutive seq ids in the step's batch: with a KV stream per slot, llama.cpp decodes
+    each run as a micro-batch of its own (llama_batch_allocr::split_equal, sequential)."""
     ids = sorted({c.seq_id for c in out.chunks})
     return sum(1 for i, seq in enumerate(ids) if i == 0 or seq != ids[i - 1] + 1)
 
