@@ -15,8 +15,11 @@ generator seeded by the request's seed, so a seeded request repeats itself (not 
 mt19937 sequence: the tokens of a seed differ from the native chain's).
 
 Only chains this can do exactly qualify (`HostSampler.sequence`): temperature > 0, 0 < top-k <=
-MAX_TOP_K, no typical-p, grammar, penalties, nor logit biases other than bans (-inf, as ignore_eos
-sets: a banned token is dropped from the candidates, one more group kept per ban).
+MAX_TOP_K, no typical-p, grammar nor penalties. Logit biases are exact too: a ban (-inf, as
+ignore_eos sets, and the API makes of OpenAI's -100) drops its token from the candidates, and a
+finite bias (+5 to favour a token, -10 to discourage one) makes its token a candidate at its biased
+logit, whatever the group maxima say; one more group is kept per biased or banned token, since
+each can push at most one other token out of the row's top-k or let one in.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,11 +54,19 @@ class HostSequence:
     temperature: float
     banned: I64
     rng: np.random.Generator
+    bias_ids: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    bias_values: F32 = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
 
     @property
     def width(self) -> int:
-        """Blocks kept: one per top-k token, one more per banned token that might be among them."""
-        return self.top_k + len(self.banned)
+        """Blocks kept: one per top-k token, one more per banned or biased token that might be
+        among them (or push one out)."""
+        return self.top_k + len(self.banned) + len(self.bias_ids)
+
+    @property
+    def special(self) -> I64:
+        """The tokens whose logits are not the model's: banned or biased."""
+        return np.concatenate([self.banned, self.bias_ids])
 
 
 class HostSampler:
@@ -70,9 +81,12 @@ class HostSampler:
     def sequence(self, params: SamplingParams, eog_ids: frozenset[int], seed: int) -> HostSequence | None:
         """The chain in this sampler's terms, or None where only llama.cpp's native chain is exact.
         seed: the request's (or one drawn for it), for its draws."""
-        bans = {t for t, b in params.logit_bias if b == float("-inf")}
+        biases = dict(params.logit_bias)  # a token given twice: the last one counts, as natively
         if params.ignore_eos:
-            bans |= eog_ids
+            biases.update(dict.fromkeys(eog_ids, float("-inf")))
+        biases = {t: b for t, b in biases.items() if 0 <= t < self.n_vocab and b != 0.0}
+        bans = sorted(t for t, b in biases.items() if b == float("-inf"))
+        biased = sorted(t for t, b in biases.items() if math.isfinite(b))
         simple = (
             params.temperature > 0.0
             and 0 < params.top_k <= MAX_TOP_K
@@ -81,17 +95,20 @@ class HostSampler:
             and params.repeat_penalty == 1.0
             and params.frequency_penalty == 0.0
             and params.presence_penalty == 0.0
-            and all(b == float("-inf") for _, b in params.logit_bias)
+            and len(bans) + len(biased) == len(biases)  # no +inf nor NaN
+            and len(biases) <= MAX_TOP_K
         )
-        if not simple or params.top_k + len(bans) > self.n_blocks:
+        if not simple or params.top_k + len(biases) > self.n_blocks:
             return None
         return HostSequence(
             top_k=params.top_k,
             top_p=params.top_p if 0.0 < params.top_p < 1.0 else 1.0,
             log_min_p=math.log(params.min_p) if params.min_p > 0.0 else float("-inf"),
             temperature=params.temperature,
-            banned=np.array(sorted(bans), dtype=np.int64),
+            banned=np.array(bans, dtype=np.int64),
             rng=np.random.default_rng(seed),
+            bias_ids=np.array(biased, dtype=np.int64),
+            bias_values=np.array([biases[t] for t in biased], dtype=np.float32),
         )
 
     def sample(self, ctx: Any, picks: Sequence[tuple[HostSequence, int]]) -> list[int]:
@@ -121,10 +138,8 @@ class HostSampler:
         padded with -inf where a sequence's k is smaller."""
         n = len(seqs)
         row, vals, tok = self._candidates(logits, seqs)
-        banned = [i * self.n_vocab + seq.banned for i, seq in enumerate(seqs) if seq.banned.size]
-        if banned:  # one pass over all rows' candidates, keyed (row, token) as row * n_vocab + token
-            allowed = ~np.isin(row * self.n_vocab + tok, np.concatenate(banned))
-            row, vals, tok = row[allowed], vals[allowed], tok[allowed]
+        if any(seq.special.size for seq in seqs):
+            row, vals, tok = self._with_biases(logits, seqs, (row, vals, tok))
         order = np.lexsort((-vals, row))  # by row, then logit descending
         row, vals, tok = row[order], vals[order], tok[order]
         rank = np.arange(len(row)) - np.searchsorted(row, np.arange(n))[row]
@@ -135,6 +150,27 @@ class HostSampler:
         values[row[inside], rank[inside]] = vals[inside]
         ids[row[inside], rank[inside]] = tok[inside]
         return values, ids
+
+    def _with_biases(
+        self, logits: F32, seqs: list[HostSequence], cands: tuple[I64, F32, I64]
+    ) -> tuple[I64, F32, I64]:
+        """The candidates less every banned or biased token (one pass over all rows, keyed (row,
+        token) as row * n_vocab + token), plus each biased token at its biased logit."""
+        row, vals, tok = cands
+        special = np.concatenate([i * self.n_vocab + s.special for i, s in enumerate(seqs)])
+        allowed = ~np.isin(row * self.n_vocab + tok, special)
+        row, vals, tok = row[allowed], vals[allowed], tok[allowed]
+        biased = [(i, s) for i, s in enumerate(seqs) if s.bias_ids.size]
+        if not biased:
+            return row, vals, tok
+        b_row = np.concatenate([np.full(s.bias_ids.size, i, dtype=np.int64) for i, s in biased])
+        b_tok = np.concatenate([s.bias_ids for _, s in biased])
+        b_vals = logits[b_row, b_tok] + np.concatenate([s.bias_values for _, s in biased])
+        return (
+            np.concatenate([row, b_row]),
+            np.concatenate([vals, b_vals.astype(np.float32)]),
+            np.concatenate([tok, b_tok]),
+        )
 
     def _candidates(self, logits: F32, seqs: list[HostSequence]) -> tuple[I64, F32, I64]:
         """(row, logit, token) of every token at or above its row's threshold: a superset of

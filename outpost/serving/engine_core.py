@@ -30,6 +30,43 @@ from outpost.serving.step_profile import profile_from_env
 _log = logging.getLogger(__name__)
 
 EventSink = Callable[[TokenEvent], None]
+
+
+class LoopSink:
+    """A sink that puts events on an asyncio queue of one event loop. The core hands all of a
+    step's events for one loop over in one `call_soon_threadsafe` (`deliver`): one wake-up of the
+    loop per step, not one per stream, each of which woke the loop's thread to take the GIL back
+    from the engine's while it was still handing out the step's other events."""
+
+    __slots__ = ("loop", "queue")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, events: asyncio.Queue[TokenEvent]) -> None:
+        self.loop = loop
+        self.queue = events
+
+    def __call__(self, event: TokenEvent) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+
+
+def deliver(pairs: list[tuple[EventSink | None, TokenEvent]]) -> None:
+    """Hands each event to its sink (None: a request that is gone), in order per sink; a closed
+    loop's events are dropped, since nobody is left to read them."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[TokenEvent], TokenEvent]]] = {}
+    for sink, event in pairs:
+        if isinstance(sink, LoopSink):
+            by_loop.setdefault(sink.loop, []).append((sink.queue, event))
+        elif sink is not None:
+            sink(event)
+    for loop, items in by_loop.items():
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(_put_all, items)
+
+
+def _put_all(items: list[tuple[asyncio.Queue[TokenEvent], TokenEvent]]) -> None:
+    for events, event in items:
+        events.put_nowait(event)
+
+
 T = TypeVar("T")
 # A test and diagnostic knob, not a tuning one: every step that decodes takes at least this many
 # milliseconds. Tests use it to hold the engine (a deadline the model cannot beat, a prefill that
@@ -212,9 +249,7 @@ class EngineCore:
         # No yield to the woken consumers here: they take the GIL while the next llama_decode
         # runs (it releases the GIL). Handing it over first (time.sleep(0)) cost time on every step
         # and was no faster for 1 or 8 streams (docs/performance.md, "Engine").
-        for sink, event in sinks:
-            if sink is not None:
-                sink(event)
+        deliver(sinks)
         if self._profile is not None and out.chunks:
             marks = (start, scheduled, executed, updated, time.perf_counter())
             self._profile.record(out, result.decode_s, marks)
@@ -296,12 +331,7 @@ class LocalStream:
         self._core = core
         self._finished = False
         self._events: asyncio.Queue[TokenEvent] = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-
-        def sink(event: TokenEvent) -> None:
-            loop.call_soon_threadsafe(self._events.put_nowait, event)
-
-        core.submit(request, sink)
+        core.submit(request, LoopSink(asyncio.get_running_loop(), self._events))
 
     async def __aiter__(self) -> AsyncIterator[TokenEvent]:
         try:

@@ -114,3 +114,19 @@ def test_a_batched_step_draws_what_each_sequence_draws_alone(model: LoadedModel)
         assert not runner.chains
     finally:
         runner.close()
+
+
+def test_finite_logit_biases_draw_as_the_native_chain_does(model: LoadedModel) -> None:
+    """Finite biases (a large push down on the row's top token, a small one on the next, one up
+    from far below): the host samples such a chain (not the native one) with the native
+    distribution."""
+    index = _decoded_row_index(model)
+    order = np.argsort(-model.output_logits(index))
+    bias = ((int(order[0]), -100.0), (int(order[1]), -1.0), (int(order[500]), 4.0))
+    params = replace(PARAMS, logit_bias=bias)
+    native = _draw_counts(model, index, params, None)
+    host = _draw_counts(model, index, params, HostSampler(model.vocab.n_tokens))
+    assert int(order[0]) not in native and int(order[0]) not in host
+    assert len(native) >= 3
+    assert not two_sample_chi_square_fails(native, host)
+    assert two_sample_chi_square_fails(native, _draw_counts(model, index, PARAMS, None))

@@ -164,3 +164,61 @@ def test_the_debug_step_delay_paces_every_decoding_step(monkeypatch: pytest.Monk
             step_delay_from_env()
     monkeypatch.delenv(STEP_DELAY_ENV)
     assert step_delay_from_env() == 0.0
+
+
+class CountingLoop(asyncio.SelectorEventLoop):
+    """An event loop that counts the wake-ups other threads ask of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threadsafe_calls = 0
+
+    def call_soon_threadsafe(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.threadsafe_calls += 1
+        return super().call_soon_threadsafe(*args, **kwargs)
+
+
+def test_a_steps_events_reach_one_loop_in_one_wake_up_in_order() -> None:
+    """Four streams on one loop, 8 tokens each: one call_soon_threadsafe per step that had events
+    for it (not one per stream), and every stream's events arrive whole and in order."""
+    loop = CountingLoop()
+    core = _core(SlowFakeRunner(), slots=4)
+    client = EngineClient(core)
+
+    async def tokens(i: int) -> list[int]:
+        return [t async for e in client.open(GenerateRequest([i + 1, 2], max_tokens=8)) for t in e.token_ids]
+
+    async def main() -> list[list[int]]:
+        return await asyncio.wait_for(asyncio.gather(*(tokens(i) for i in range(4))), 10)
+
+    try:
+        got = loop.run_until_complete(main())
+        steps = core.steps
+    finally:
+        core.stop()
+        loop.close()
+    assert got == [reference_tokens([i + 1, 2], 8) for i in range(4)]
+    assert 0 < loop.threadsafe_calls <= steps < 4 * 8
+
+
+def test_deliver_batches_per_loop_and_calls_plain_sinks_directly() -> None:
+    from outpost.serving.engine_core import LoopSink, deliver
+
+    loops = [CountingLoop(), CountingLoop()]
+    queues = [asyncio.Queue[TokenEvent]() for _ in range(3)]
+    plain: list[TokenEvent] = []
+    sinks = [LoopSink(loops[0], queues[0]), LoopSink(loops[0], queues[1]), LoopSink(loops[1], queues[2])]
+    events = [TokenEvent(f"r{i}", token_ids=[i]) for i in range(5)]
+    try:
+        deliver([(sinks[0], events[0]), (sinks[1], events[1]), (None, events[2])])
+        deliver([(sinks[2], events[3]), (plain.append, events[4]), (sinks[0], events[2])])
+        assert [loop.threadsafe_calls for loop in loops] == [2, 1]
+        assert plain == [events[4]]
+        for loop in loops:
+            loop.run_until_complete(asyncio.sleep(0))
+        assert [q.get_nowait() for _ in range(2) for q in queues[:1]] == [events[0], events[2]]
+        assert queues[1].get_nowait() == events[1] and queues[2].get_nowait() == events[3]
+    finally:
+        for loop in loops:
+            loop.close()
+    deliver([(sinks[0], events[0])])  # a closed loop's events are dropped, not an error

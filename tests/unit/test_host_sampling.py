@@ -193,8 +193,77 @@ def test_a_seed_repeats_itself_whatever_else_is_in_the_batch() -> None:
         replace(DEFAULTS, repeat_penalty=1.1),
         replace(DEFAULTS, presence_penalty=0.5),
         replace(DEFAULTS, typical_p=0.9),
-        replace(DEFAULTS, logit_bias=((5, 2.0),)),
+        replace(DEFAULTS, logit_bias=((5, float("inf")),)),
+        replace(DEFAULTS, logit_bias=((5, float("nan")),)),
     ],
 )
 def test_chains_it_cannot_do_exactly_stay_native(params: SamplingParams) -> None:
     assert HostSampler(49152).sequence(params, frozenset(), 0) is None
+
+
+def biased_row(row: npt.NDArray[np.float32], bias: dict[int, float]) -> npt.NDArray[np.float32]:
+    """The row llama.cpp's logit-bias sampler hands on: each bias added in float32."""
+    out = row.copy()
+    for token, b in bias.items():
+        out[token] = np.float32(out[token] + np.float32(b))
+    return out
+
+
+def mixed_bias(row: npt.NDArray[np.float32]) -> dict[int, float]:
+    """A large push down on the top two (-100, finite here: the API makes a ban of OpenAI's), a
+    small one on the 3rd, one up from the bottom into the top-k, and one up from the middle."""
+    order = np.argsort(-row)
+    return {
+        int(order[0]): -100.0,
+        int(order[1]): -100.0,
+        int(order[2]): -0.3,
+        int(order[-1]): float(row[order[0]] - row[order[-1]]) + 1.0,
+        int(order[len(row) // 2]): float(row[order[5]] - row[order[len(row) // 2]]),
+    }
+
+
+@pytest.mark.parametrize("n_vocab", [49152, 1000])
+@pytest.mark.parametrize("top_k", [1, 5, 40])
+def test_finite_biases_give_the_biased_rows_exact_top_k(n_vocab: int, top_k: int) -> None:
+    rng = np.random.default_rng(11 + top_k)
+    sampler = HostSampler(n_vocab)
+    rows = np.stack([peaked_row(rng, n_vocab, s) for s in (0.5, 3.0)])
+    biases = [mixed_bias(r) for r in rows]
+    seqs = [seq(sampler, replace(DEFAULTS, top_k=top_k, logit_bias=tuple(b.items()))) for b in biases]
+    values, ids = sampler.top_k(rows, seqs)
+    for row, bias, v, i in zip(rows, biases, values, ids, strict=True):
+        expected = biased_row(row, bias)
+        assert np.array_equal(v, np.sort(expected)[::-1][:top_k])
+        assert np.array_equal(expected[i], v)
+        assert len(set(i.tolist())) == top_k
+
+
+def test_biases_and_bans_apply_to_their_own_row_only() -> None:
+    """Three rows alike: one biased, one plain, one banning; the plain row's top-k is the model's."""
+    rng = np.random.default_rng(12)
+    sampler = HostSampler(49152)
+    row = peaked_row(rng, 49152, 2.0)
+    bias = mixed_bias(row)
+    order = np.argsort(-row)
+    p = replace(DEFAULTS, logit_bias=tuple(bias.items()))
+    ban = frozenset({int(order[0])})
+    seqs = [
+        seq(sampler, p),
+        seq(sampler, DEFAULTS),
+        seq(sampler, replace(DEFAULTS, ignore_eos=True), bans=ban),
+    ]
+    values, _ = sampler.top_k(np.stack([row] * 3), seqs)
+    banned = row.copy()
+    banned[order[0]] = -np.inf
+    for v, expected in zip(values, (biased_row(row, bias), row, banned), strict=True):
+        assert np.array_equal(v, np.sort(expected)[::-1][:40])
+
+
+def test_biased_draws_follow_the_chain_on_the_biased_row() -> None:
+    rng = np.random.default_rng(13)
+    row = peaked_row(rng, 300, 1.5)
+    bias = mixed_bias(row)
+    params = replace(DEFAULTS, logit_bias=tuple(bias.items()))
+    counts = draws(HostSampler(300), row, params, 20_000)
+    assert not chi_square_fails(counts, chain_probs(biased_row(row, bias), DEFAULTS))
+    assert chi_square_fails(counts, chain_probs(row, DEFAULTS))  # the unbiased chain's is told apart

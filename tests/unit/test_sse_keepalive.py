@@ -67,3 +67,23 @@ def test_leaving_while_the_body_waits_ends_the_body() -> None:
         return body
 
     assert asyncio.run(asyncio.wait_for(main(), 30)).closed
+
+
+def test_every_chunk_comes_in_order_and_the_bodys_error_reaches_the_reader() -> None:
+    async def failing() -> AsyncIterator[bytes]:
+        for i in range(50):
+            yield b"%d" % i
+            await asyncio.sleep(0)
+        raise ValueError("the engine failed")
+
+    async def main() -> list[bytes]:
+        seen: list[bytes] = []
+        try:
+            async for chunk in with_keepalive(failing(), 3600.0):
+                seen.append(chunk)
+        except ValueError as exc:
+            assert str(exc) == "the engine failed"
+            return seen
+        raise AssertionError("the error was lost")
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == [b"%d" % i for i in range(50)]
