@@ -10,7 +10,9 @@ the same prompt (so the same context depth), threads, n_batch and flash-attentio
   - single-stream decode tok/s: Outpost, llama-cpp-python and llama-bench (when LLAMA_BENCH is
     set; null otherwise), alternated run by run, medians, all with llama-bench's own KV size
     (depth + tokens), and Outpost's again with a server's 4096 KV cells;
-  - Outpost's steady-state aggregate decode tok/s at 1, 2, 4, 8 parallel sequences (8 slots), and
+  - Outpost's steady-state aggregate decode tok/s at 1, 2, 4, 8 parallel sequences (8 slots), each
+    round beside the 1-slot single stream it is divided by (`batched_8_over_single`: the median of
+    the rounds' ratios), and
     llama-batched-bench's (when set; it cannot name CPU_REPACK alone, so where AMX tiles fault it
     runs the plain layout, the best llama.cpp's tools offer there);
   - Outpost's prefill tok/s with 1 slot and with 8 (their weight layouts differ on AMX CPUs);
@@ -49,6 +51,7 @@ from outpost.serving.assembly import Engine
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 PARALLEL = (1, 2, 4, 8)
+SINGLE_PER_ROUND = 5  # the 1-slot single stream's runs in each batched round (a median)
 # The KV size a server runs with. Without flash attention llama.cpp stores V transposed, one row
 # per KV cell capacity, so decode at the same depth is slower with more cells (135M: ~12% from 256
 # to 4096 cells); the side-by-side runs use llama-bench's own size, and this one is reported too.
@@ -255,24 +258,16 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
     log(f"  {shape}: kernels {kernels.describe() if kernels else 'as asked'}")
     single_config = config(1, kv_cells)
     if args.batched_only:
-        with Engine(single_config, prefix_cache=False) as engine:
-            prompt = make_prompt(engine, args.depth)
-            ours = [outpost_decode(engine, prompt, args.tokens) for _ in range(args.single_repeats)]
-        batched = batched_side_by_side(shape, model, args, batched_config)
-        single = statistics.median(ours)
-        return {
-            "single_tok_s": round(single, 2),
-            "kernels": kernels.describe() if kernels else None,
-            **batched,
-            "batched_8_over_single": round(batched["batched_tok_s"]["8"] / single, 3),
-        }
+        batched = batched_side_by_side(shape, model, args, batched_config, single_config)
+        single = batched["single_tok_s_in_rounds"]
+        return {"single_tok_s": single, "kernels": kernels.describe() if kernels else None, **batched}
     ours, theirs, bench_runs = single_stream_side_by_side(shape, model, args, single_config)
     with Engine(config(1, SERVING_KV_CELLS), prefix_cache=False) as engine:
         prompt = make_prompt(engine, args.depth)
         ours_big_kv = median_of(args.repeats, lambda: outpost_decode(engine, prompt, args.tokens))
         prefill = median_of(args.repeats, lambda: outpost_prefill(engine, args.prefill_tokens))
         weight_bytes = engine.model.describe()["size_bytes"]
-    batched = batched_side_by_side(shape, model, args, batched_config)
+    batched = batched_side_by_side(shape, model, args, batched_config, single_config)
     llama_bench = statistics.median(bench_runs) if bench_runs else None
     single = statistics.median(ours)
     baseline = statistics.median(theirs)
@@ -286,7 +281,6 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
         f"single_tok_s_kv{SERVING_KV_CELLS}": round(ours_big_kv, 2),
         "kernels": kernels.describe() if kernels else None,
         **batched,
-        "batched_8_over_single": round(batched["batched_tok_s"]["8"] / single, 3),
         "prefill_tok_s": round(prefill, 2),
         "weight_bytes": weight_bytes,
         "bandwidth_utilisation": round(weight_bytes * single / copy_bw, 3),
@@ -295,37 +289,60 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
     }
 
 
+def outpost_round(
+    args: argparse.Namespace, config: EngineConfig, single_config: EngineConfig
+) -> tuple[float, dict[str, float], bool]:
+    """One round of Outpost's side: the 1-slot engine's single stream (median of
+    SINGLE_PER_ROUND runs), then aggregate decode at each of PARALLEL sequences on the 8-slot
+    engine; and whether that engine's KV is one pool. One engine at a time: two OpenMP teams in
+    one process throttle each other's spin-waits."""
+    with Engine(single_config, prefix_cache=False) as engine:
+        prompt = make_prompt(engine, args.depth)
+        single = median_of(SINGLE_PER_ROUND, lambda: outpost_decode(engine, prompt, args.tokens))
+    with Engine(config, prefix_cache=False) as engine:
+        rates = {str(k): outpost_parallel(engine, args.depth, args.tokens, k) for k in PARALLEL}
+        return single, rates, engine.model.kv_unified
+
+
 def batched_side_by_side(
-    shape: str, model: Path, args: argparse.Namespace, config: EngineConfig
+    shape: str, model: Path, args: argparse.Namespace, config: EngineConfig, single_config: EngineConfig
 ) -> dict[str, Any]:
     """Aggregate decode at 1, 2, 4, 8 sequences as users run the engine (its `auto` kernels: the
     kernel probe's choice here), and llama-batched-bench with the same flash attention, KV layout
     (-kvu where Outpost runs one pool) and KV size, round by round in turn (--batched-rounds;
-    medians: this machine is shared); then once with the other KV layout, and prefill with 8 slots."""
+    medians: this machine is shared); then once with the other KV layout, and prefill with 8 slots.
+    Each Outpost round also times the 1-slot single stream the 8 sequences are divided by, so that
+    the ratio compares runs minutes apart at most (this VM's speed has moved 1.8x within one run)."""
     binary = os.environ.get("LLAMA_BATCHED_BENCH")
     fa = config.effective_flash_attn
     ours: list[dict[str, float]] = []
+    singles: list[float] = []
     theirs: list[dict[str, float]] = []
     results: dict[str, Any] = {}
+    unified = False  # round 1 runs Outpost first, which tells
+    for r in range(args.batched_rounds):
+        for side in ("outpost", "llama") if r % 2 == 0 else ("llama", "outpost"):
+            if side == "outpost":
+                single, rates, unified = outpost_round(args, config, single_config)
+                singles.append(single)
+                ours.append(rates)
+                log(f"  {shape} round {r + 1} outpost: 1 slot {single:.1f}, 8 slots {_rounded(rates)}")
+            elif binary:
+                got = llama_batched_bench(
+                    binary, model, args.threads, args.depth, args.tokens, fa, config.weight_layout,
+                    args.baseline_env, unified,
+                )  # fmt: skip
+                if got is not None:
+                    theirs.append(got)
+                    log(f"  {shape} round {r + 1} llama-batched-bench: {got}")
     with Engine(config, prefix_cache=False) as engine:
-        unified = engine.model.kv_unified
-        for r in range(args.batched_rounds):
-            for side in ("outpost", "llama") if r % 2 == 0 else ("llama", "outpost"):
-                if side == "outpost":
-                    ours.append(
-                        {str(k): outpost_parallel(engine, args.depth, args.tokens, k) for k in PARALLEL}
-                    )
-                    log(f"  {shape} round {r + 1} outpost: {_rounded(ours[-1])}")
-                elif binary:
-                    got = llama_batched_bench(
-                        binary, model, args.threads, args.depth, args.tokens, fa, config.weight_layout,
-                        args.baseline_env, unified,
-                    )  # fmt: skip
-                    if got is not None:
-                        theirs.append(got)
-                        log(f"  {shape} round {r + 1} llama-batched-bench: {got}")
         prefill = median_of(args.repeats, lambda: outpost_prefill(engine, args.prefill_tokens))
         results["prefill_tok_s_8_slots"] = round(prefill, 2)
+    results["single_tok_s_in_rounds"] = round(statistics.median(singles), 2)
+    results["single_tok_s_rounds"] = [round(x, 1) for x in singles]
+    by_round = [rates["8"] / single for rates, single in zip(ours, singles, strict=True)]
+    results["batched_8_over_single_rounds"] = [round(x, 3) for x in by_round]
+    results["batched_8_over_single"] = round(statistics.median(by_round), 3)
     other = "off" if unified else "on"
     with Engine(config.model_copy(update={"kv_unified": other}), prefix_cache=False) as engine:
         rates = {str(k): round(outpost_parallel(engine, args.depth, args.tokens, k), 2) for k in PARALLEL}
