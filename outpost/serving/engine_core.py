@@ -13,6 +13,7 @@ so submitting, aborting and serving HTTP never wait for a decode.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import queue
@@ -58,7 +59,7 @@ def deliver(pairs: list[tuple[EventSink | None, TokenEvent]]) -> None:
         elif sink is not None:
             sink(event)
     for loop, items in by_loop.items():
-        if not loop.is_closed():
+        with contextlib.suppress(RuntimeError):  # closed, even since is_closed() said not
             loop.call_soon_threadsafe(_put_all, items)
 
 
