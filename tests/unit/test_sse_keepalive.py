@@ -87,3 +87,20 @@ def test_every_chunk_comes_in_order_and_the_bodys_error_reaches_the_reader() -> 
         raise AssertionError("the error was lost")
 
     assert asyncio.run(asyncio.wait_for(main(), 30)) == [b"%d" % i for i in range(50)]
+
+
+def test_a_cancel_inside_the_body_reaches_the_reader_instead_of_a_hang() -> None:
+    async def cancelled_inside() -> AsyncIterator[bytes]:
+        yield b"data: role\n\n"
+        raise asyncio.CancelledError  # what an await inside the body raises when its task is cancelled
+
+    async def main() -> list[bytes]:
+        seen: list[bytes] = []
+        try:
+            async for chunk in with_keepalive(cancelled_inside(), 3600.0):
+                seen.append(chunk)
+        except asyncio.CancelledError:
+            return seen
+        raise AssertionError("the cancel was lost")
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == [b"data: role\n\n"]

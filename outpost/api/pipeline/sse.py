@@ -86,6 +86,9 @@ async def with_keepalive(body: AsyncIterator[bytes], interval: float) -> AsyncIt
         except Exception as exc:  # re-raised where the stream is read
             chunks.put_nowait(_End(exc))
             return
+        except BaseException as exc:  # a cancel inside the body: the reader gets it, not a hang
+            chunks.put_nowait(_End(exc))
+            raise
         chunks.put_nowait(_End(None))
 
     async def tick() -> None:
@@ -115,7 +118,7 @@ class _End:
 
     __slots__ = ("error",)
 
-    def __init__(self, error: Exception | None) -> None:
+    def __init__(self, error: BaseException | None) -> None:
         self.error = error
 
 
