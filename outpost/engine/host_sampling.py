@@ -56,17 +56,16 @@ class HostSequence:
     rng: np.random.Generator
     bias_ids: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     bias_values: F32 = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    special: I64 = field(init=False)  # banned or biased: the tokens whose logits are not the model's
+
+    def __post_init__(self) -> None:
+        self.special = np.concatenate([self.banned, self.bias_ids])  # once, not every step
 
     @property
     def width(self) -> int:
         """Blocks kept: one per top-k token, one more per banned or biased token that might be
         among them (or push one out)."""
         return self.top_k + len(self.banned) + len(self.bias_ids)
-
-    @property
-    def special(self) -> I64:
-        """The tokens whose logits are not the model's: banned or biased."""
-        return np.concatenate([self.banned, self.bias_ids])
 
 
 class HostSampler:

@@ -97,9 +97,16 @@ def test_candidates_are_each_rows_exact_top_k(n_vocab: int, top_k: int) -> None:
     )
     values, ids = sampler.top_k(rows, [seq(sampler, p) for _ in rows])
     for row, v, i in zip(rows, values, ids, strict=True):
-        assert np.array_equal(v, np.sort(row)[::-1][:top_k])
-        assert np.array_equal(row[i], v)
-        assert len(set(i.tolist())) == top_k
+        assert_exact_top_k(row, v, i, top_k)
+
+
+def assert_exact_top_k(
+    row: npt.NDArray[np.float32], values: npt.NDArray[np.float32], ids: npt.NDArray[np.int64], k: int
+) -> None:
+    """values are row's k largest, sorted, and ids k distinct tokens holding them."""
+    assert np.array_equal(values, np.sort(row)[::-1][:k])
+    assert np.array_equal(row[ids], values)
+    assert len(set(ids.tolist())) == k
 
 
 def test_banned_tokens_are_never_candidates_even_at_the_top() -> None:
@@ -232,10 +239,7 @@ def test_finite_biases_give_the_biased_rows_exact_top_k(n_vocab: int, top_k: int
     seqs = [seq(sampler, replace(DEFAULTS, top_k=top_k, logit_bias=tuple(b.items()))) for b in biases]
     values, ids = sampler.top_k(rows, seqs)
     for row, bias, v, i in zip(rows, biases, values, ids, strict=True):
-        expected = biased_row(row, bias)
-        assert np.array_equal(v, np.sort(expected)[::-1][:top_k])
-        assert np.array_equal(expected[i], v)
-        assert len(set(i.tolist())) == top_k
+        assert_exact_top_k(biased_row(row, bias), v, i, top_k)
 
 
 def test_biases_and_bans_apply_to_their_own_row_only() -> None:
