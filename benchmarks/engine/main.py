@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness.common import (
+    baseline_layout,
     bench_model,
     llama_bench_layout_args,
     log,
@@ -142,7 +143,7 @@ def llama_bench_decode(
     binary: str, model: Path, threads: int, depth: int, n: int, fa: str, layout: str, env: dict[str, str]
 ) -> float | None:
     cmd = [binary, "-m", str(model), "-t", str(threads), "-p", "0", "-n", str(n), "-d", str(depth)]
-    cmd += ["-fa", fa, *llama_bench_layout_args(layout), "-r", "1", "-o", "json"]
+    cmd += ["-fa", fa, *llama_bench_layout_args(baseline_layout(layout, binary)), "-r", "1", "-o", "json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     if proc.returncode != 0:
         log(f"llama-bench failed: {proc.stderr.strip()[-300:]}")
@@ -168,7 +169,8 @@ def llama_batched_bench(
     cmd = [binary, "-m", str(model), "-t", str(threads), "-tb", str(threads), "-c", str(cells)]
     npl = ",".join(str(w) for w in widths)
     cmd += ["-b", "512", "-ub", "512", "-npp", str(depth), "-ntg", str(n), "-npl", npl, "-fa", fa]
-    cmd += ["--repack" if layout == "repacked" else "--no-repack", "--output-format", "jsonl"]
+    repack = baseline_layout(layout, binary) == "repacked"
+    cmd += ["--repack" if repack else "--no-repack", "--output-format", "jsonl"]
     cmd += ["-kvu"] if unified else []
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     if proc.returncode != 0:

@@ -4,6 +4,7 @@ weights with the same layout Outpost uses."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -102,10 +103,40 @@ def weight_layout(model: Path, slots: int, n_gpu_layers: int = 0) -> str:
     return EngineConfig(model_path=str(model), n_seq_max=slots, n_gpu_layers=layers).weight_layout
 
 
+def build_has_amx(binary: str | None) -> bool:
+    """Whether the llama.cpp build `binary` belongs to has AMX kernels: the ggml_cpu_has_amx_int8()
+    of the libggml-cpu beside it, asked in a child process (a second ggml must not load into this
+    one). True where that cannot be read (a static build, no binary): the guess that never crashes."""
+    if not binary:
+        return True
+    return _build_has_amx(str(Path(binary).resolve().parent))
+
+
+@functools.cache
+def _build_has_amx(folder: str) -> bool:
+    lib = Path(folder) / "libggml-cpu.so"
+    if not lib.exists():
+        return True
+    ask = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).ggml_cpu_has_amx_int8())"
+    out = subprocess.run([sys.executable, "-c", ask, str(lib)], capture_output=True, text=True, check=False)
+    return out.stdout.strip() != "0"
+
+
+def baseline_layout(layout: str, binary: str | None) -> str:
+    """The layout llama.cpp's own tool at `binary` runs for Outpost's `layout`. Where AMX tiles fault
+    ("amx-gemv", "repacked-no-amx"), a build with AMX can run only plain weights beside Outpost's
+    repacked ones (its -ot cannot name CPU_REPACK, and its repack picks AMX first: a crash on any
+    batch), or AMX's one-token kernel; a build without AMX (build-llama-cpp-no-amx.sh) repacks to
+    CPU_REPACK itself, Outpost's batching layout."""
+    if layout in ("amx-gemv", "repacked-no-amx") and not build_has_amx(binary):
+        return "repacked"
+    return layout
+
+
 def llama_bench_layout_args(layout: str) -> list[str]:
-    """llama-bench flags for the same kernels: extra buffer types, and one token per micro-batch
-    where only AMX's one-token kernel is safe. Its -ot cannot name CPU_REPACK, so "repacked-no-amx"
-    gets the plain layout, the best llama.cpp's own tools can run where AMX tiles fault."""
+    """llama-bench flags for `layout` (see baseline_layout): extra buffer types, and one token per
+    micro-batch where only AMX's one-token kernel is safe. "repacked-no-amx" gets the plain layout,
+    the best a build with AMX can run where AMX tiles fault."""
     return {
         "plain": ["--repack", "0"],
         "repacked": ["--repack", "1"],
@@ -115,7 +146,7 @@ def llama_bench_layout_args(layout: str) -> list[str]:
 
 
 def llama_server_layout_args(layout: str) -> list[str]:
-    """llama-server's flags for the same kernels (the same CPU_REPACK caveat as llama-bench's)."""
+    """llama-server's flags for `layout` (the same caveat as llama-bench's)."""
     return {
         "plain": ["--no-repack"],
         "repacked": [],

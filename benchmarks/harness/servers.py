@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from benchmarks.harness.common import (
+    baseline_layout,
     llama_server_layout_args,
     log,
     same_weight_layout_for_llama_cpp_python,
@@ -126,7 +127,8 @@ def server_spec(kind: str, setup: Setup, port: int, prompt_cache: bool = False) 
     if setup.n_gpu_layers:
         return _llama_server_on_gpu(setup, port, prompt_cache, pin)
     ours = weight_layout(setup.model, setup.parallel)
-    layout_args = llama_server_layout_args(ours)
+    theirs = baseline_layout(ours, setup.llama_server)
+    layout_args = llama_server_layout_args(theirs)
     opts = f"-m {m} -t {t} -tb {t} -np {np_} -c {ctx} --host 127.0.0.1 --port {p}"
     argv = [setup.llama_server, *opts.split(), *layout_args, *(CACHE_REUSE if prompt_cache else [])]
     notes = [f"layout flags {layout_args or '(none: its default repack)'} for Outpost's {ours!r} layout"]
@@ -134,7 +136,10 @@ def server_spec(kind: str, setup: Setup, port: int, prompt_cache: bool = False) 
         notes.append(
             "--no-repack: llama-server's own repack picks AMX, whose tiles fault on this CPU (crash)"
         )
-    return ServerSpec(kind, pin + argv, "plain" if "--no-repack" in layout_args else ours, notes)
+    if theirs != ours:
+        notes.append("a llama.cpp build without AMX: its own repack takes CPU_REPACK, Outpost's layout")
+        theirs = "repacked-no-amx"  # the kernels Outpost's overrides name, reached by the build's repack
+    return ServerSpec(kind, pin + argv, "plain" if "--no-repack" in layout_args else theirs, notes)
 
 
 def _llama_server_on_gpu(setup: Setup, port: int, prompt_cache: bool, pin: list[str]) -> ServerSpec:

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.harness.common import llama_server_layout_args, weight_layout
+from benchmarks.harness.common import baseline_layout, llama_server_layout_args, weight_layout
 
 SLOTS = 8
 CTX_PER_SLOT = 2048
@@ -41,7 +41,7 @@ class Arm:
                 argv += ["-md", str(self.draft), "--spec-draft-n-max", str(N_MAX)]
             return argv
         assert llama_server is not None
-        layout = llama_server_layout_args(weight_layout(self.model, SLOTS))
+        layout = llama_server_layout_args(baseline_layout(weight_layout(self.model, SLOTS), llama_server))
         argv = [llama_server, "-m", m, "-t", t, "-tb", t, "-np", str(SLOTS), "-c", ctx, "--port", p]
         argv += ["--host", "127.0.0.1", "--no-cache-prompt", "-cram", "0", *layout]
         if self.spec == "draft":
