@@ -51,7 +51,7 @@ class SchedulerConfig:
         has not read: a new request's prompt), relative to a one-token target step.
     serial_prompts: a step reads at most one short prompt past the prefill budget (the CPU's
         setting: a prompt token costs about the same alone or beside others, see prefill.py).
-    prompt_waves: steps; 0 is off. While a quarter of the generating requests (one at least) will
+    prompt_waves: steps; 0 is off. While a quarter of the generating requests (four at least) will
         end within this many steps (max_tokens or the context end), a prompt not yet started waits,
         at most PROMPT_WAVE_HOLD times as many steps, so requests that end together start together
         again (see prefill.py).

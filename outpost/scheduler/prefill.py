@@ -14,11 +14,13 @@ small fraction of a step, so short prompts share steps as before.
 Prompt waves (`SchedulerConfig.prompt_waves`). Every prompt read while a stream generates lengthens
 that stream's gaps; a prompt read after the stream ended costs it nothing. Requests that end
 within a few steps of each other (a closed loop of clients, a batch job with one max_tokens) are
-the case worth waiting for: a new prompt waits while a quarter of the generating requests (one at
-least) will end within `prompt_waves` steps (by max_tokens or the context end; an end-of-generation
-token may come sooner), at most PROMPT_WAVE_HOLD times that many steps in all, so the requests that
-end together start together again instead of drifting apart, each new prompt read beside the
-rest's. One stream of many about to end is no wave: with mixed lengths there nearly always is one.
+the case worth waiting for: a new prompt waits while a quarter of the generating requests, and
+PROMPT_WAVE_MIN at least, will end within `prompt_waves` steps (by max_tokens or the context end; an
+end-of-generation token may come sooner), at most PROMPT_WAVE_HOLD times that many steps in all, so
+the requests that end together start together again instead of drifting apart, each new prompt
+read beside the rest's. One stream of many about to end is no wave: with mixed lengths there nearly
+always is one. Nor are a few: a wave's prompts are read one a step, so its median first token waits
+for about half of them, and with few streams the gaps it spares are few (the load it adapts to).
 """
 
 from __future__ import annotations
@@ -35,11 +37,14 @@ SHORT_PROMPT_CHUNKS = 4
 # A prompt waits for a wave at most this many times `prompt_waves` steps: the bound on what a wave
 # may cost a first token (a request ending in 8 steps may be followed by one ending in 8 more).
 PROMPT_WAVE_HOLD = 8
-# A wave is a quarter of the generating requests (or one, with up to four) ending within the window:
-# with requests of mixed lengths one of 16 streams is nearly always about to end, and waiting for
-# it alone delayed first tokens for nothing (docs/performance.md); a closed loop's streams end
-# together, all of them.
+# A wave is a quarter of the generating requests ending within the window: with requests of mixed
+# lengths one of 16 streams is nearly always about to end, and waiting for it alone delayed first
+# tokens for nothing (docs/performance.md); a closed loop's streams end together, all of them.
 PROMPT_WAVE_SHARE = 4
+# ...and four of them at least. A closed loop of 4 clients on the Intel AMX-fault Xeon (performance.md,
+# 2026-12-07): waiting for the other 3 put first tokens at 0.48-0.50 s against 0.37-0.39 s and moved
+# ITL by about 1 ms either way (20-22 ms), while at 16 streams the waves' ITL was 61-65 against 70-72.
+PROMPT_WAVE_MIN = 4
 
 
 def prefill_budget(config: SchedulerConfig, decoding: int) -> int:
@@ -50,8 +55,8 @@ def prefill_budget(config: SchedulerConfig, decoding: int) -> int:
 
 
 def wave_coming(sched: Residency) -> bool:
-    """At least a PROMPT_WAVE_SHARE-th of the generating requests (one at least) will end within
-    `prompt_waves` steps (prompt waves on)."""
+    """At least a PROMPT_WAVE_SHARE-th of the generating requests, and PROMPT_WAVE_MIN of them, will
+    end within `prompt_waves` steps (prompt waves on)."""
     window = sched.config.prompt_waves
     if window <= 0:
         return False
@@ -61,7 +66,7 @@ def wave_coming(sched: Residency) -> bool:
         if state.prefilled:
             generating += 1
             ending += min(state.budget - state.n_generated, n_ctx_seq - len(state.tokens)) <= window
-    return ending > 0 and ending * PROMPT_WAVE_SHARE >= generating
+    return ending >= PROMPT_WAVE_MIN and ending * PROMPT_WAVE_SHARE >= generating
 
 
 def _waits_for_wave(state: RequestState, config: SchedulerConfig) -> bool:

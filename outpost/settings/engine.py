@@ -130,7 +130,7 @@ class EngineSettings(ChatTemplateSettings):
     prompt_waves: int = setting(
         8,
         "--prompt-waves",
-        help="steps: while a quarter of the generating requests (one at least) will end within this "
+        help="steps: while a quarter of the generating requests (four at least) will end within this "
         "many (by their max_tokens), a new prompt waits for them, at most 8 times as many steps, so "
         "requests that end together start together and their prompts are read beside fewer streams "
         "(closed loops of clients, batch jobs with one max_tokens; default 8, what was measured; "

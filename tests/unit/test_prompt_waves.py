@@ -9,7 +9,7 @@ from sched_harness import Harness
 
 from outpost.messages import GenerateRequest
 from outpost.scheduler import SchedulerConfig
-from outpost.scheduler.prefill import PROMPT_WAVE_HOLD, _waits_for_wave
+from outpost.scheduler.prefill import PROMPT_WAVE_HOLD, PROMPT_WAVE_MIN, _waits_for_wave
 from outpost.scheduler.request import RequestState
 from outpost.scheduler.textstream import TextStream
 
@@ -56,24 +56,41 @@ def test_a_long_prompt_alone_still_takes_the_whole_step() -> None:
 
 
 @pytest.mark.parametrize("waves", [0, 4])
-def test_a_prompt_waits_for_a_stream_about_to_end(waves: int) -> None:
-    """A stream with 3 tokens left: with prompt waves of 4 steps, a new prompt is first read in the
-    step after the stream's last token, beside no stream; with waves off, at once."""
-    h = Harness(config(prompt_waves=waves))
-    ending = h.add(prompt(10), max_tokens=6)
-    for _ in range(4):  # its prompt step and three tokens: three left
+def test_a_prompt_waits_for_streams_about_to_end(waves: int) -> None:
+    """Four streams with 3 tokens left: with prompt waves of 4 steps, a new prompt is first read in
+    the step after their last tokens, beside no stream; with waves off, at once."""
+    h = Harness(config(n_slots=8, prompt_waves=waves, prefill_budget=None))
+    ending = [h.add(prompt(10, base=100 + 20 * i), max_tokens=6) for i in range(PROMPT_WAVE_MIN)]
+    for _ in range(4):  # their prompt step and three tokens: three left
         h.step()
     newcomer = h.add(prompt(20, base=1000), max_tokens=3)
     arrived = h.n_steps
     h.run()
-    last_of_ending = max(i for i, out in enumerate(h.runner.steps) for c in out.chunks if c.seq_id == 0)
+    steps = enumerate(h.runner.steps)
+    last_of_ending = max(i for i, out in steps for c in out.chunks if c.seq_id < PROMPT_WAVE_MIN)
     if waves:
         assert first_chunk_step(h, 1000) == last_of_ending + 1
-        assert all(c.seq_id == 1 for c in h.runner.steps[first_chunk_step(h, 1000)].chunks)
+        assert all(c.seq_id == PROMPT_WAVE_MIN for c in h.runner.steps[first_chunk_step(h, 1000)].chunks)
     else:
         assert first_chunk_step(h, 1000) == arrived
-    assert h.token_ids(ending) == reference_tokens(prompt(10), 6)
+    for i, rid in enumerate(ending):
+        assert h.token_ids(rid) == reference_tokens(prompt(10, base=100 + 20 * i), 6)
     assert h.token_ids(newcomer) == reference_tokens(prompt(20, base=1000), 3)
+
+
+def test_fewer_streams_about_to_end_than_a_wave_hold_nothing() -> None:
+    """Three streams with 3 tokens left (all that generate, as in a closed loop of four clients):
+    fewer than PROMPT_WAVE_MIN, so a new prompt is read at once, beside them."""
+    h = Harness(config(n_slots=8, prompt_waves=4, prefill_budget=None))
+    for i in range(PROMPT_WAVE_MIN - 1):
+        h.add(prompt(10, base=100 + 20 * i), max_tokens=6)
+    for _ in range(4):
+        h.step()
+    h.add(prompt(20, base=1000), max_tokens=3)
+    arrived = h.n_steps
+    h.run()
+    assert first_chunk_step(h, 1000) == arrived
+    assert len(h.runner.steps[arrived].chunks) == PROMPT_WAVE_MIN, "the prompt beside the three streams"
 
 
 def test_no_wait_for_a_stream_far_from_its_end() -> None:
@@ -87,10 +104,10 @@ def test_no_wait_for_a_stream_far_from_its_end() -> None:
 
 
 def test_one_stream_of_many_about_to_end_is_no_wave() -> None:
-    """Eight streams, one of them 3 tokens from its end: waves of 4 steps wait for a quarter of
-    them (two), so a new prompt is read at once; with three of them about to end, it waits until
-    they have."""
-    for n_ending, waits in ((1, False), (3, True)):
+    """Eight streams, one (or three) of them 3 tokens from their end: waves of 4 steps wait for a
+    quarter of them and PROMPT_WAVE_MIN at least (four), so a new prompt is read at once; with four
+    of them about to end, it waits until they have."""
+    for n_ending, waits in ((1, False), (3, False), (4, True)):
         h = Harness(config(n_slots=16, prompt_waves=4, step_token_budget=256, prefill_budget=None))
         for i in range(8):  # all read in the first step
             h.add(prompt(4, base=100 + 10 * i), max_tokens=6 if i < n_ending else 60)
