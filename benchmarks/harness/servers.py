@@ -132,16 +132,19 @@ def server_spec(kind: str, setup: Setup, port: int, prompt_cache: bool = False) 
     opts = f"-m {m} -t {t} -tb {t} -np {np_} -c {ctx} --host 127.0.0.1 --port {p}"
     argv = [setup.llama_server, *opts.split(), *layout_args, *(CACHE_REUSE if prompt_cache else [])]
     notes = [f"layout flags {layout_args or '(none: its default repack)'} for Outpost's {ours!r} layout"]
-    ran = ours
     if "--no-repack" in layout_args:
-        notes.append(
-            "--no-repack: llama-server's own repack picks AMX, whose tiles fault on this CPU (crash)"
+        ran, why = (
+            "plain",
+            "--no-repack: llama-server's own repack picks AMX, whose tiles fault on this CPU (crash)",
         )
-        ran = "plain"
     elif theirs != ours:  # the kernels Outpost's overrides name, reached by the build's own repack
-        notes.append("a llama.cpp build without AMX: its own repack takes CPU_REPACK, Outpost's layout")
-        ran = "repacked-no-amx"
-    return ServerSpec(kind, pin + argv, ran, notes)
+        ran, why = (
+            "repacked-no-amx",
+            "a llama.cpp build without AMX: its own repack takes CPU_REPACK, Outpost's layout",
+        )
+    else:
+        ran, why = ours, ""
+    return ServerSpec(kind, pin + argv, ran, [*notes, why] if why else notes)
 
 
 def _llama_server_on_gpu(setup: Setup, port: int, prompt_cache: bool, pin: list[str]) -> ServerSpec:
