@@ -13,10 +13,12 @@ SERVE_ARGS ?=
 
 .PHONY: install system-deps serve run test lint typecheck unit integration e2e clean browser deploy-deps image test-deploy test-real-arm64
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/install-llama-cpp.sh scripts/llama-cpp-cmake-args
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24"
-	# llama-cpp-python compiles llama.cpp on first install (~10 min on 2 cores); pip caches the wheel.
+	# llama-cpp-python compiles llama.cpp once per machine (~10 min on 2 cores), with the flags in
+	# scripts/llama-cpp-cmake-args (gcc 12 breaks AMX without them); the script keeps the wheel.
+	scripts/install-llama-cpp.sh $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 

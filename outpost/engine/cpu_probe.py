@@ -3,10 +3,13 @@
 On CPUs that advertise AMX, llama.cpp stores quantized weights in AMX's layout. Its one-token
 matmul there is an AVX512-VNNI kernel, about 3x faster decode than the plain layout on this
 project's 2-core VMs (1.7B q4_0: 24 vs 8 tok/s in llama-bench); its multi-token matmul uses AMX
-tiles, and some VMs advertise AMX without keeping tile state: `tilezero` raises SIGILL and the
-process dies (llama.cpp issue #20824). A child process decodes a 4-token batch of a tiny q8_0
-model with that layout to find out safely; the answer is cached under $OUTPOST_HOME/probe, keyed
-by CPU model, kernel and llama-cpp-python version.
+tiles. Compiled by gcc 12 without -fno-dse, that matmul loads a tile configuration whose stores
+the compiler deleted, and its first tile instruction kills the process (SIGILL or SIGSEGV; the
+project's VMs showed it, llama.cpp PR #26954 names the cause). Outpost's own install compiles with
+-fno-dse (scripts/install-llama-cpp.sh), but a llama-cpp-python built otherwise, or a hypervisor
+that does not keep tile state, can still fault. A child process decodes a 4-token batch of a tiny
+q8_0 model with that layout to find out safely; the answer is cached under $OUTPOST_HOME/probe,
+keyed by CPU model, kernel, llama-cpp-python version and its libraries' size and date.
 
 Layouts: "repacked" (llama.cpp's extra buffer types, its default), "plain" (none), "amx-gemv"
 (AMX's layout, but one token per micro-batch so only the VNNI kernel ever runs: the fastest
@@ -17,12 +20,14 @@ CPU_REPACK layout alone, named tensor by tensor, see repack_overrides.py: for mo
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import logging
 import os
 import platform
 import subprocess
 import sys
+from collections.abc import Mapping
 from importlib.metadata import version
 from pathlib import Path
 from typing import Literal
@@ -54,7 +59,31 @@ def _machine_key() -> str:
     model = next((line for line in _cpuinfo().splitlines() if line.startswith("model name")), "")
     return (
         f"{model.split(':')[-1].strip()}|{os.uname().release}|llama-cpp-python {version('llama-cpp-python')}"
+        f"|{library_identity()}"
     )
+
+
+def _library_dir(env: Mapping[str, str] = os.environ) -> Path | None:
+    """Where the bindings load llama.cpp's libraries from, found without importing them."""
+    if env.get("LLAMA_CPP_LIB_PATH"):
+        return Path(env["LLAMA_CPP_LIB_PATH"])
+    spec = importlib.util.find_spec("llama_cpp")
+    locations = spec.submodule_search_locations if spec else None
+    return Path(next(iter(locations))) / "lib" if locations else None
+
+
+def library_identity(env: Mapping[str, str] = os.environ) -> str:
+    """Size and modification time of the CPU kernels' libraries: the same version compiled with
+    other flags (scripts/llama-cpp-cmake-args: AMX tiles work or fault with them) is measured anew."""
+    folder = _library_dir(env)
+    if folder is None:
+        return "libraries unknown"
+    try:
+        found = sorted(f for f in folder.iterdir() if f.name.startswith(("libggml-cpu", "libllama")))
+        stats = [(f.name, f.stat()) for f in found if f.is_file() and not f.is_symlink()]
+    except OSError:
+        return "libraries unknown"
+    return ",".join(f"{name}:{st.st_size}:{st.st_mtime_ns}" for name, st in stats) or "libraries unknown"
 
 
 def _probe_dir() -> Path:

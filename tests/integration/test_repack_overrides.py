@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from outpost.engine import config as engine_config
+from outpost.engine import cpu_probe
 from outpost.engine.batch import TokenBatch
 from outpost.engine.config import EngineConfig
 from outpost.engine.lib import capture_log_lines, llama
@@ -92,3 +93,26 @@ def test_repacked_without_amx_loads_into_cpu_repack_and_matches_plain(
     top2 = np.sort(plain)[-2:]
     if top2[1] - top2[0] > 0.05 * spread:
         assert int(np.argmax(repacked)) == int(np.argmax(plain))
+
+
+@pytest.mark.skipif(not cpu_probe.cpu_has_amx(), reason="this CPU has no AMX")
+def test_amx_tiles_run_the_batched_matmul_of_outposts_build(
+    tiny_quantized: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Outpost's install compiles llama.cpp with -fno-dse (scripts/install-llama-cpp.sh): built by
+    gcc 12 without it, AMX's tile configuration is never filled and its first multi-token matmul
+    dies. Probed in a child first, so a build made otherwise fails here instead of killing pytest."""
+    monkeypatch.setenv("OUTPOST_HOME", str(tmp_path))
+    cpu_probe.amx_tiles_work.cache_clear()
+    try:
+        works = cpu_probe.amx_tiles_work()
+    finally:
+        cpu_probe.amx_tiles_work.cache_clear()
+    assert works, "AMX tiles fault: llama-cpp-python was not compiled by scripts/install-llama-cpp.sh"
+    model_path = tiny_quantized("q4_0")
+    amx, amx_buffers = _last_logits("repacked", model_path, monkeypatch)  # a 9-token prompt: tiles
+    plain, _ = _last_logits("plain", model_path, monkeypatch)
+    assert "AMX" in amx_buffers
+    spread = float(plain.max() - plain.min())
+    assert spread > 1.0
+    assert float(np.max(np.abs(amx - plain))) < 0.02 * spread

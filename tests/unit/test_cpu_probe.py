@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,6 +91,45 @@ def test_probe_runs_once_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: 
         assert cpu_probe.amx_tiles_work() is False and len(runs) == 2  # other key: probed again
     finally:
         cpu_probe.amx_tiles_work.cache_clear()
+
+
+def test_a_rebuilt_library_is_probed_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The same llama-cpp-python version compiled with other flags (AMX tiles fault without -fno-dse
+    under gcc 12) must not reuse the old answer: the key holds the CPU libraries' size and date."""
+    monkeypatch.setenv("OUTPOST_HOME", str(tmp_path / "home"))
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    (libs / "libggml-cpu.so").write_bytes(b"built without -fno-dse")
+    (libs / "libggml-base.so").write_bytes(b"not a CPU kernel library")
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(libs))
+    answers = iter([False, True])
+    monkeypatch.setattr(cpu_probe, "_run_probe", lambda: next(answers))
+    cpu_probe.amx_tiles_work.cache_clear()
+    try:
+        assert "libggml-cpu.so:22:" in cpu_probe.library_identity()
+        assert "libggml-base" not in cpu_probe.library_identity()
+        assert cpu_probe.amx_tiles_work() is False
+        (libs / "libggml-cpu.so").write_bytes(b"built with -fno-dse")
+        cpu_probe.amx_tiles_work.cache_clear()
+        assert cpu_probe.amx_tiles_work() is True  # probed again, not the cached False
+    finally:
+        cpu_probe.amx_tiles_work.cache_clear()
+
+
+def test_the_installed_bindings_libraries_are_found_without_llama_cpp_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Read beside the bindings without importing them (a command that needs no model loads none)."""
+    monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
+    code = (
+        "import sys; from outpost.engine import cpu_probe; "
+        "print(cpu_probe.library_identity()); print('llama_cpp' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_LIB_PATH"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    identity, imported = out.stdout.split()
+    assert "libggml-cpu" in identity and "libllama" in identity
+    assert imported == "False"
 
 
 def test_run_and_serve_flags_reach_the_engine_config(tmp_path: Path) -> None:
