@@ -13,7 +13,7 @@ SERVE_ARGS ?=
 
 .PHONY: install system-deps serve run test lint typecheck unit integration e2e clean browser deploy-deps image test-deploy test-real-arm64
 
-$(STAMP): pyproject.toml scripts/install-llama-cpp.sh scripts/llama-cpp-cmake-args
+$(STAMP): pyproject.toml scripts/install-llama-cpp.sh scripts/llama-cpp-cmake-args scripts/llama-cpp-version
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24"
 	# llama-cpp-python compiles llama.cpp once per machine (~10 min on 2 cores), with the flags in

@@ -13,7 +13,7 @@
 set -euo pipefail
 py=${1:?usage: install-llama-cpp.sh PYTHON}
 cd "$(dirname "$0")/.."
-version=$("$py" -c 'import re,tomllib; d=tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]; print(next(re.split("==",x)[1] for x in d if x.startswith("llama-cpp-python==")))')
+version=$("$py" scripts/llama-cpp-version)
 args="$(cat scripts/llama-cpp-cmake-args) ${CMAKE_ARGS:-}"
 cpu=$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || uname -m)
 key=$( (echo "$version $args"; "${CC:-cc}" --version 2>/dev/null | head -1; echo "$cpu"; cat "$0") | sha256sum | cut -c1-16)

@@ -126,7 +126,7 @@ def baseline_layout(layout: str, binary: str | None) -> str:
     """The layout llama.cpp's own tool at `binary` runs for Outpost's `layout`. Where AMX tiles fault
     ("amx-gemv", "repacked-no-amx"), a build with AMX can run only plain weights beside Outpost's
     repacked ones (its -ot cannot name CPU_REPACK, and its repack picks AMX first: a crash on any
-    batch), or AMX's one-token kernel; a build without AMX (build-llama-cpp-no-amx.sh) repacks to
+    batch), or AMX's one-token kernel; a build without AMX (build-llama-cpp.sh --no-amx) repacks to
     CPU_REPACK itself, Outpost's batching layout."""
     if layout in ("amx-gemv", "repacked-no-amx") and not build_has_amx(binary):
         return "repacked"

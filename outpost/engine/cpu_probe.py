@@ -76,13 +76,12 @@ def library_identity(env: Mapping[str, str] = os.environ) -> str:
     """Size and modification time of the CPU kernels' libraries: the same version compiled with
     other flags (scripts/llama-cpp-cmake-args: AMX tiles work or fault with them) is measured anew."""
     folder = _library_dir(env)
-    if folder is None:
-        return "libraries unknown"
     try:
-        found = sorted(f for f in folder.iterdir() if f.name.startswith(("libggml-cpu", "libllama")))
+        files = sorted(folder.iterdir()) if folder else []
+        found = [f for f in files if f.name.startswith(("libggml-cpu", "libllama"))]
         stats = [(f.name, f.stat()) for f in found if f.is_file() and not f.is_symlink()]
     except OSError:
-        return "libraries unknown"
+        stats = []
     return ",".join(f"{name}:{st.st_size}:{st.st_mtime_ns}" for name, st in stats) or "libraries unknown"
 
 

@@ -110,7 +110,7 @@ def test_amx_tiles_run_the_batched_matmul_of_outposts_build(
         cpu_probe.amx_tiles_work.cache_clear()
     assert works, "AMX tiles fault: llama-cpp-python was not compiled by scripts/install-llama-cpp.sh"
     model_path = tiny_quantized("q4_0")
-    amx, amx_buffers = _last_logits("repacked", model_path, monkeypatch)  # a 9-token prompt: tiles
+    amx, amx_buffers = _last_logits("repacked", model_path, monkeypatch)  # a 12-token prompt: tiles
     plain, _ = _last_logits("plain", model_path, monkeypatch)
     assert "AMX" in amx_buffers
     spread = float(plain.max() - plain.min())
