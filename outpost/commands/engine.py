@@ -96,6 +96,7 @@ def start_engine(settings: EngineSettings, model_path: str, max_queue: int) -> E
         idle_cache_cells=settings.cache_idle_cells,
         prefill_budget=settings.prefill_budget,
         prompt_waves=settings.prompt_waves,
+        follow_up_wait_ms=settings.follow_up_wait,
         speculative=settings.speculative,
         draft_model_path=settings.model_draft,
     )

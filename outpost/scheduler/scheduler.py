@@ -146,6 +146,11 @@ class Scheduler(Residency):
         return len(self._waiting)
 
     @property
+    def prompts_pending(self) -> bool:
+        """A request waits for a slot, or holds one with its prompt not all read yet."""
+        return bool(self._waiting) or any(not state.prefilled for state in self._running)
+
+    @property
     def kv_cells_used(self) -> int:
         """KV cells held by all sequences (shared prefix cells once), as the scheduler tracks them."""
         return self._pool.cells_used()

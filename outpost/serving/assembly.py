@@ -49,6 +49,8 @@ class Engine:
     prefill_budget: prompt tokens per step while other requests generate: `auto` (chosen from
     step times measured here at start, outpost/scheduler/budget.py), a number, or `off`/None.
     prompt_waves: SchedulerConfig.prompt_waves (0: off).
+    follow_up_wait_ms: the most milliseconds to wait after a request ends for a closed loop's next
+    request before the next step (outpost/serving/follow_ups.py; 0: off).
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class Engine:
         idle_cache_cells: int = 0,
         prefill_budget: Asked | None = "auto",
         prompt_waves: int = 0,
+        follow_up_wait_ms: float = 0.0,
         speculative: SpecParams | None = None,
         draft_model_path: str | None = None,
         ngram_simple: tuple[int, int] = (12, 48),
@@ -108,7 +111,11 @@ class Engine:
                 raise
 
         # Loaded on the engine thread, which frees it last too (see EngineCore.built_on_thread).
-        self.core = EngineCore.built_on_thread(build, on_close=lambda: self.model.close())
+        # The wait spares a prompt a serial prompt step (follow_ups.py): the CPU's setting only.
+        follow_up_wait = follow_up_wait_ms / 1000.0 if config.n_gpu_layers == 0 else 0.0
+        self.core = EngineCore.built_on_thread(
+            build, on_close=lambda: self.model.close(), follow_up_wait=follow_up_wait
+        )
         self.client = EngineClient(self.core)
 
     @property

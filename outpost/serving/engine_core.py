@@ -26,6 +26,7 @@ from typing import Protocol, TypeVar
 from outpost.messages import FinishReason, GenerateRequest, TokenEvent
 from outpost.scheduler import Scheduler
 from outpost.scheduler.output import RunnerOutput, SchedulerOutput
+from outpost.serving.follow_ups import FollowUps
 from outpost.serving.step_profile import profile_from_env
 
 _log = logging.getLogger(__name__)
@@ -109,8 +110,9 @@ class EngineCore:
         runner: Runner,
         on_close: Callable[[], None] | None = None,
         step_delay: float | None = None,
+        follow_up_wait: float = 0.0,
     ) -> None:
-        self._start(lambda: (scheduler, runner), on_close, step_delay)
+        self._start(lambda: (scheduler, runner), on_close, step_delay, follow_up_wait)
 
     @classmethod
     def built_on_thread(
@@ -118,6 +120,7 @@ class EngineCore:
         build: Callable[[], tuple[Scheduler, Runner]],
         on_close: Callable[[], None] | None = None,
         step_delay: float | None = None,
+        follow_up_wait: float = 0.0,
     ) -> EngineCore:
         """Runs `build` (load the model, make the runner) on the engine thread; raises what it raises.
 
@@ -125,7 +128,7 @@ class EngineCore:
         process whose OpenMP team was first made by another thread decodes up to 8x slower.
         """
         core = cls.__new__(cls)
-        core._start(build, on_close, step_delay)
+        core._start(build, on_close, step_delay, follow_up_wait)
         return core
 
     def _start(
@@ -133,9 +136,12 @@ class EngineCore:
         build: Callable[[], tuple[Scheduler, Runner]],
         on_close: Callable[[], None] | None,
         step_delay: float | None,
+        follow_up_wait: float,
     ) -> None:
-        """step_delay: seconds each decoding step takes at least (None: OUTPOST_DEBUG_STEP_DELAY_MS)."""
+        """step_delay: seconds each decoding step takes at least (None: OUTPOST_DEBUG_STEP_DELAY_MS).
+        follow_up_wait: the most seconds to wait after a request ends for the next (follow_ups.py)."""
         self.step_delay = step_delay_from_env() if step_delay is None else step_delay
+        self.follow_ups = FollowUps(follow_up_wait)
         self._on_close = on_close
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -160,6 +166,7 @@ class EngineCore:
                 raise RuntimeError("engine is shutting down")
             self.scheduler.add_request(request)
             self._sinks[request.request_id] = sink
+            self.follow_ups.submitted(time.monotonic())
         self._wake.set()
 
     def abort(self, request_id: str) -> None:
@@ -254,7 +261,27 @@ class EngineCore:
         if self._profile is not None and out.chunks:
             marks = (start, scheduled, executed, updated, time.perf_counter())
             self._profile.record(out, result.decode_s, marks)
+        if any(event.finished for event in events):
+            self._await_follow_up()
         return True
+
+    def _await_follow_up(self) -> None:
+        """Just after a step that ended requests: wait, within the bound, for a closed loop's next
+        request, unless a prompt is already there to read (follow_ups.py). Anything that arrives
+        (a request, an abort, a job) ends the wait."""
+        with self._lock:
+            self.follow_ups.ended(time.monotonic())
+            wait = self.follow_ups.wait_s()
+            if (
+                not wait
+                or self.scheduler.prompts_pending
+                or not self.scheduler.has_work()
+                or not self._jobs.empty()
+            ):
+                return
+            # Cleared under the lock: a submit adds its request under it, then wakes us.
+            self._wake.clear()
+        self._wake.wait(wait)
 
     def _execute(self, out: SchedulerOutput) -> RunnerOutput:
         if out.is_empty:

@@ -132,7 +132,7 @@ class LocalBackend:
         kv = "one KV pool" if model.kv_unified else "a KV stream per slot"
         serving = (
             f"{self.n_ctx_seq} positions per request, {_weights(model.config)}, {kv}, "
-            f"{self.engine.prefill_budget.describe()}"
+            f"{self.engine.prefill_budget.describe()}, {self.engine.core.follow_ups.describe()}"
         )
         if self.engine.spec_costs is not None:
             serving += f"; {self.engine.spec_costs.describe()}"

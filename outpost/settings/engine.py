@@ -138,6 +138,19 @@ class EngineSettings(ChatTemplateSettings):
         parse=int,
         ge=0,
     )
+    # The loopback benchmark's clients sent again 1-9 ms after an end, where a 3 ms wait missed
+    # most of them and 10 ms caught them (docs/performance.md, "A closed loop's next request").
+    follow_up_wait: float = setting(
+        20.0,
+        "--follow-up-wait",
+        help="milliseconds: after a request ends, while most ends were soon followed by a new request "
+        "(closed loops of clients: worker pools, agents, benchmarks), wait up to this long for it "
+        "before the next step, so its prompt is read next rather than after another's; the wait ends "
+        "when anything arrives (default 20; 0: off; CPU only: with GPU layers prompts share steps)",
+        parse=float,
+        ge=0,
+        le=1000,
+    )
     flash_attn: Switch3 = setting(
         "auto",
         "-fa",

@@ -100,6 +100,16 @@ class Server:
     def stderr(self) -> str:
         return Path(self._err.name).read_text(errors="replace")
 
+    def ready_line(self, timeout: float = 60.0) -> str:
+        """The ready line (logged just after /health turns ok: waited for, not raced)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lines = [ln for ln in self.stderr().splitlines() if "outpost.api: ready:" in ln]
+            if lines:
+                return lines[0]
+            time.sleep(0.1)
+        raise AssertionError(f"no ready line:\n{self.stderr()}")
+
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

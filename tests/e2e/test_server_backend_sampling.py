@@ -6,7 +6,6 @@ the host) is answered in the same server."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,20 +38,9 @@ def _answer(server: Server, **kwargs: object) -> str:
     return str(r.choices[0].message.content)
 
 
-def _ready_line(server: Server) -> str:
-    """The ready line (logged just after /health turns ok: waited for, not raced)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        lines = [ln for ln in server.stderr().splitlines() if "outpost.api: ready:" in ln]
-        if lines:
-            return lines[0]
-        time.sleep(0.1)
-    raise AssertionError(f"no ready line:\n{server.stderr()}")
-
-
 def test_the_ready_line_says_where_tokens_are_sampled(in_graph: Server, on_host: Server) -> None:
-    assert "backend sampling on (asked)" in _ready_line(in_graph)
-    assert "backend sampling off (asked)" in _ready_line(on_host)
+    assert "backend sampling on (asked)" in in_graph.ready_line()
+    assert "backend sampling off (asked)" in on_host.ready_line()
 
 
 def test_greedy_answers_are_the_same_text(in_graph: Server, on_host: Server) -> None:

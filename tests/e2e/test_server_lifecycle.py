@@ -29,6 +29,7 @@ def test_bad_flags_and_missing_model_exit_2_with_one_line(tmp_path: Path) -> Non
         ("--port", "eighty"),
         ("--bogus-flag",),
         ("-m", str(not_gguf), "--ssl-keyfile", str(not_gguf)),
+        ("-m", str(not_gguf), "--follow-up-wait", "-5"),
     ]
     for args in cases:
         r = _serve(*args)
