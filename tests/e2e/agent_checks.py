@@ -223,7 +223,7 @@ def anthropic_errors(url: str, model: str) -> None:
     # One model served takes any name (llama-server's rule); the 404 envelope of a server with
     # several: tests/unit/test_agent_apis.py.
     other = client.messages.create(
-        model="claude-3-5-haiku-latest", max_tokens=4, messages=[{"role": "user", "content": "hi"}]
+        model="claude-haiku-4-5", max_tokens=4, messages=[{"role": "user", "content": "hi"}]
     )
     assert other.model == model
     try:
