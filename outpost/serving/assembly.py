@@ -69,6 +69,8 @@ class Engine:
         self.kernels: KernelChoice | None = None
         self.spec_costs: SpecCosts | None = None  # speculation's prices, where it is on by default
         spec = speculative or SpecParams()
+        # On the CPU a prompt token costs about the same alone or beside others (prefill.py).
+        serial_prompts = config.n_gpu_layers == 0
 
         def build() -> tuple[Scheduler, ModelRunner]:
             probed, self.kernels = with_probed_kernels(config)
@@ -92,7 +94,7 @@ class Engine:
                     max_queue=max_queue,
                     step_token_budget=model.n_batch,
                     prefill_budget=self.prefill_budget.tokens,
-                    serial_prompts=config.n_gpu_layers == 0,
+                    serial_prompts=serial_prompts,
                     prompt_waves=prompt_waves,
                     prefix_cache=prefix_cache,
                     idle_cache_cells=idle_cache_cells,
@@ -111,8 +113,8 @@ class Engine:
                 raise
 
         # Loaded on the engine thread, which frees it last too (see EngineCore.built_on_thread).
-        # The wait spares a prompt a serial prompt step (follow_ups.py): the CPU's setting only.
-        follow_up_wait = follow_up_wait_ms / 1000.0 if config.n_gpu_layers == 0 else 0.0
+        # The wait spares a prompt a serial prompt step (follow_ups.py): with serial prompts only.
+        follow_up_wait = follow_up_wait_ms / 1000.0 if serial_prompts else 0.0
         self.core = EngineCore.built_on_thread(
             build, on_close=lambda: self.model.close(), follow_up_wait=follow_up_wait
         )

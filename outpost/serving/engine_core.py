@@ -246,12 +246,16 @@ class EngineCore:
         executed = time.perf_counter()
         if self.step_delay and out.chunks:
             time.sleep(self.step_delay)  # the debug pacing knob (see STEP_DELAY_ENV); outside the lock
+        ended = False
         with self._lock:
             events = self.scheduler.update_from_output(out, result, time.monotonic())
             sinks = [(self._sinks.get(e.request_id), e) for e in events]
             for event in events:
                 if event.finished:
                     self._sinks.pop(event.request_id, None)
+                    ended = True
+            if ended:  # before the events go out: a client's next request comes after this end
+                self.follow_ups.ended(time.monotonic())
         updated = time.perf_counter()
         self.steps += 1
         # No yield to the woken consumers here: they take the GIL while the next llama_decode
@@ -261,7 +265,7 @@ class EngineCore:
         if self._profile is not None and out.chunks:
             marks = (start, scheduled, executed, updated, time.perf_counter())
             self._profile.record(out, result.decode_s, marks)
-        if any(event.finished for event in events):
+        if ended:
             self._await_follow_up()
         return True
 
@@ -270,7 +274,6 @@ class EngineCore:
         request, unless a prompt is already there to read (follow_ups.py). Anything that arrives
         (a request, an abort, a job) ends the wait."""
         with self._lock:
-            self.follow_ups.ended(time.monotonic())
             wait = self.follow_ups.wait_s()
             if (
                 not wait

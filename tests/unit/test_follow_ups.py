@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
+from collections.abc import Callable
 
 import pytest
 from fake_runner import FakeRunner
@@ -98,15 +98,31 @@ def test_zero_is_off_and_a_negative_bound_is_refused() -> None:
 
 
 class RecordingRunner(FakeRunner):
-    """Records the sequences each step reads prompts for and decodes; `stepped` counts steps."""
+    """Records the sequences each step reads prompts for and decodes. Held by a count of steps
+    (`hold_after`, then `release`), so the engine runs a known number of steps while a client
+    acts, however fast or slow the machine."""
 
     def __init__(self) -> None:
         super().__init__()
         self.record: list[tuple[set[int], set[int]]] = []  # (prompt seq ids, decoding seq ids)
         self.stepped = threading.Condition()
+        self.allowed: int | None = None  # steps the engine may still run; None: any number
+
+    def hold_after(self, steps: int) -> None:
+        with self.stepped:
+            self.allowed = steps
+
+    def release(self) -> None:
+        with self.stepped:
+            self.allowed = None
+            self.stepped.notify_all()
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
-        time.sleep(0.001)  # a step takes a moment, as a decode does: fewer steps while a client acts
+        with self.stepped:
+            free = self.stepped.wait_for(lambda: self.allowed is None or self.allowed > 0, 30)
+            assert free, "a test held the engine for too long"
+            if self.allowed is not None:
+                self.allowed -= 1
         result = super().execute(out)
         prompts = {c.seq_id for c in out.chunks if len(c.tokens) > 1}
         decoding = {c.seq_id for c in out.chunks if len(c.tokens) == 1}
@@ -126,35 +142,63 @@ class RecordingRunner(FakeRunner):
             assert self.stepped.wait_for(lambda: len(self.record) >= n, 30), "the engine stopped stepping"
 
 
-def _run_loop(wait_s: float, hold_client: bool) -> tuple[RecordingRunner, list[int]]:
+class CountingFollowUps(FollowUps):
+    """The real policy, recording what the core tells it, in order."""
+
+    def __init__(self, max_wait_s: float) -> None:
+        super().__init__(max_wait_s)
+        self.calls: list[str] = []
+
+    def ended(self, now: float) -> None:
+        self.calls.append("end")
+        super().ended(now)
+
+    def submitted(self, now: float) -> None:
+        self.calls.append("submit")
+        super().submitted(now)
+
+
+def _run_loop(
+    wait_s: float, hold_client: bool, follow_ups: FollowUps | None = None
+) -> tuple[RecordingRunner, list[int]]:
     """A stream that keeps decoding (seq 0) beside a closed-loop client (seq 1) that sends its next
-    2-token request when the last one ends, from its own thread, MIN_ENDS + 3 times. With
-    hold_client, it sends only after the engine has run a step past the end. Returns the runner
-    and, per end after the first MIN_ENDS + 1, the index of the step that came next."""
+    2-token request when the last one ends, from its own thread, MIN_ENDS + 4 times. After each end
+    the engine may run 2 steps until the client has sent again. With hold_client, the client sends
+    only after the engine has run a step past the end. Returns the runner and, per end after the
+    first MIN_ENDS + 1, the index of the step that came next."""
     runner = RecordingRunner()
-    config = SchedulerConfig(n_slots=2, n_ctx=1 << 16, n_ctx_seq=1 << 15, step_token_budget=64)
+    config = SchedulerConfig(n_slots=2, n_ctx=4096, n_ctx_seq=2048, step_token_budget=64)
     core = EngineCore(Scheduler(config), runner, follow_up_wait=wait_s)
+    if follow_ups is not None:
+        core.follow_ups = follow_ups
     ended: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+    def send(prompt: list[int], sink: Callable[[TokenEvent], None]) -> None:
+        core.submit(GenerateRequest(prompt, max_tokens=2), sink)
+        runner.release()
+
+    def sink(event: TokenEvent) -> None:
+        if event.finished:  # on the engine thread, right after the ending step
+            runner.hold_after(2)
+            ended.put(len(runner.record))
+
     try:
-        core.submit(GenerateRequest([9, 8, 7], max_tokens=30000), lambda e: None)
+        runner.hold_after(2)
+        core.submit(GenerateRequest([9, 8, 7], max_tokens=1000), lambda e: None)
         runner.wait_for_steps(2)  # the stream decodes: it stays in slot 0
-
-        def sink(event: TokenEvent) -> None:
-            if event.finished:
-                ended.put(len(runner.record))  # the engine thread, right after the ending step
-
         nexts = []
         for i in range(MIN_ENDS + 4):
-            core.submit(GenerateRequest([10 + i, 40 + i, 70 + i], max_tokens=2), sink)
+            send([10 + i, 40 + i, 70 + i], sink)
             after = ended.get(timeout=30)
             if hold_client:
                 runner.wait_for_steps(after + 1)
             if i > MIN_ENDS:
                 nexts.append(after)
-        core.submit(GenerateRequest([90, 91, 92], max_tokens=2), lambda e: None)
+        send([90, 91, 92], lambda e: None)
         runner.wait_for_steps(nexts[-1] + 2)
         return runner, nexts
     finally:
+        runner.release()
         core.stop()
 
 
@@ -172,22 +216,14 @@ def test_without_the_wait_the_stream_steps_on_before_the_next_request() -> None:
         assert runner.record[index] == (set(), {0}), f"step {index}: {runner.record}"
 
 
-def test_the_core_counts_no_follow_up_for_requests_later_than_the_bound() -> None:
-    """Each request comes at least 0.1 s after the last one ended (a sleep: never sooner, on any
-    machine), past the 20 ms bound: the core must count none of them, and so never wait."""
-    runner = RecordingRunner()
-    config = SchedulerConfig(n_slots=2, n_ctx=1 << 16, n_ctx_seq=1 << 15, step_token_budget=64)
-    core = EngineCore(Scheduler(config), runner, follow_up_wait=0.02)
-    try:
-        core.submit(GenerateRequest([9, 8, 7], max_tokens=30000), lambda e: None)
-        done: queue.SimpleQueue[int] = queue.SimpleQueue()
-        for i in range(MIN_ENDS + 2):
-            core.submit(
-                GenerateRequest([10 + i, 40 + i, 70 + i], max_tokens=2), lambda e: e.finished and done.put(1)
-            )
-            done.get(timeout=30)
-            time.sleep(0.1)
-        assert core.follow_ups.wait_s() == 0.0
-        assert core.follow_ups.followed == 0
-    finally:
-        core.stop()
+def test_the_core_tells_the_policy_each_end_before_its_follow_up() -> None:
+    """The end is recorded before the ended request's events go out, so the client's next request
+    can only come after it, and counts as its follow-up."""
+    spy = CountingFollowUps(60.0)
+    _run_loop(wait_s=60.0, hold_client=False, follow_ups=spy)
+    ends = MIN_ENDS + 4
+    loop = ["submit"] * 2 + ["end", "submit"] * ends
+    assert spy.calls[: len(loop)] == loop, spy.calls
+    last = spy.calls[len(loop) :]  # the last request may end before the core stops: nothing follows it
+    assert last in ([], ["end"]), spy.calls
+    assert spy.followed == min(ends, WINDOW) - len(last)
