@@ -146,7 +146,7 @@ class EngineSettings(ChatTemplateSettings):
         help="milliseconds: after a request ends, while most ends were soon followed by a new request "
         "(closed loops of clients: worker pools, agents, benchmarks), wait up to this long for it "
         "before the next step, so its prompt is read next rather than after another's; the wait ends "
-        "when anything arrives (default 20; 0: off; CPU only: with GPU layers prompts share steps)",
+        "when a request arrives (default 20; 0: off; CPU only: with GPU layers prompts share steps)",
         parse=float,
         ge=0,
         le=1000,
