@@ -24,6 +24,7 @@ from pathlib import Path
 
 from benchmarks.engine.main import llama_batched_bench
 from benchmarks.harness.common import bench_model, log
+from benchmarks.harness.figures import pyplot, save
 from outpost.engine.config import available_cpus
 
 CHOICES = list(itertools.product(("on", "off"), (False, True), ("repacked", "plain")))
@@ -62,10 +63,7 @@ def markdown(medians: dict[str, dict[str, float]], widths: list[int]) -> str:
 
 
 def plot(medians: dict[str, dict[str, float]], widths: list[int], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, rates in medians.items():
@@ -76,9 +74,7 @@ def plot(medians: dict[str, dict[str, float]], widths: list[int], path: Path) ->
     ax.set_xticks(widths)
     ax.set_title("llama.cpp's decode step by kernel choice")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main() -> None:

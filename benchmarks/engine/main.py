@@ -11,8 +11,9 @@ the same prompt (so the same context depth), threads, n_batch and flash-attentio
     set; null otherwise), alternated run by run, medians, all with llama-bench's own KV size
     (depth + tokens), and Outpost's again with a server's 4096 KV cells;
   - Outpost's steady-state aggregate decode tok/s at 1, 2, 4, 8 parallel sequences (8 slots), each
-    round beside the 1-slot single stream it is divided by (`batched_8_over_single`: the median of
-    the rounds' ratios), and
+    round beside the 1-slot single stream it is divided by, on one slot of as many KV cells as each
+    of the 8 has (`batched_8_over_single`: the median of the rounds' ratios; the single stream on
+    llama-bench's KV size too, `batched_8_over_single_kv{depth+tokens}`), and
     llama-batched-bench's (when set; it cannot name CPU_REPACK alone, so where AMX tiles fault it
     runs the plain layout, the best llama.cpp's tools offer there);
   - Outpost's prefill tok/s with 1 slot and with 8 (their weight layouts differ on AMX CPUs);
@@ -38,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.engine.ratios import medians, ratios_to_single, rounded
 from benchmarks.harness.common import (
     baseline_layout,
     bench_model,
@@ -59,6 +61,12 @@ SINGLE_PER_ROUND = 5  # the 1-slot single stream's runs in each batched round (a
 SERVING_KV_CELLS = 4096
 # 8 slots, each with a stream of 1024 cells (room for the prefill prompt) where KV is per slot.
 BATCHED_KV_CELLS = 8192
+BATCHED_SLOTS = 8
+# The single stream the 8 sequences are divided by runs on one slot of the same size as each of
+# theirs: with V stored transposed, a stream's capacity, not only its depth, sets its decode speed
+# (llama-batched-bench, 8 sequences at depth 128-192: 459-473 tok/s on 256-cell streams, 423-431 on
+# 1024-cell ones, Intel Xeon model 167), so smaller cells on one side would not measure batching.
+CELLS_PER_SLOT = BATCHED_KV_CELLS // BATCHED_SLOTS
 
 
 def copy_bandwidth_bytes_per_s() -> float:
@@ -255,13 +263,14 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
 
     # The engine as users run it (`auto`: the kernel probe's choice on this machine); every other
     # run, ours and the baselines', gets the flash attention it resolved to.
-    batched_config, kernels = with_probed_kernels(config(8, BATCHED_KV_CELLS))
+    batched_config, kernels = with_probed_kernels(config(BATCHED_SLOTS, BATCHED_KV_CELLS))
     args = argparse.Namespace(**{**vars(args), "flash_attn": batched_config.effective_flash_attn})
     log(f"  {shape}: kernels {kernels.describe() if kernels else 'as asked'}")
     single_config = config(1, kv_cells)
+    singles = {"same_cells": config(1, CELLS_PER_SLOT), f"kv{kv_cells}": single_config}
     if args.batched_only:
-        batched = batched_side_by_side(shape, model, args, batched_config, single_config)
-        single = batched["single_tok_s_in_rounds"]
+        batched = batched_side_by_side(shape, model, args, batched_config, singles)
+        single = batched[f"single_tok_s_in_rounds_kv{kv_cells}"]
         return {"single_tok_s": single, "kernels": kernels.describe() if kernels else None, **batched}
     ours, theirs, bench_runs = single_stream_side_by_side(shape, model, args, single_config)
     with Engine(config(1, SERVING_KV_CELLS), prefix_cache=False) as engine:
@@ -269,7 +278,7 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
         ours_big_kv = median_of(args.repeats, lambda: outpost_decode(engine, prompt, args.tokens))
         prefill = median_of(args.repeats, lambda: outpost_prefill(engine, args.prefill_tokens))
         weight_bytes = engine.model.describe()["size_bytes"]
-    batched = batched_side_by_side(shape, model, args, batched_config, single_config)
+    batched = batched_side_by_side(shape, model, args, batched_config, singles)
     llama_bench = statistics.median(bench_runs) if bench_runs else None
     single = statistics.median(ours)
     baseline = statistics.median(theirs)
@@ -291,44 +300,49 @@ def run_shape(shape: str, args: argparse.Namespace, copy_bw: float) -> dict[str,
     }
 
 
-def outpost_round(
-    args: argparse.Namespace, config: EngineConfig, single_config: EngineConfig
-) -> tuple[float, dict[str, float], bool]:
-    """One round of Outpost's side: the 1-slot engine's single stream (median of
-    SINGLE_PER_ROUND runs), then aggregate decode at each of PARALLEL sequences on the 8-slot
-    engine; and whether that engine's KV is one pool. One engine at a time: two OpenMP teams in
-    one process throttle each other's spin-waits."""
-    with Engine(single_config, prefix_cache=False) as engine:
+def single_stream(args: argparse.Namespace, config: EngineConfig) -> float:
+    """A 1-slot engine's single-stream decode tok/s, the median of SINGLE_PER_ROUND runs."""
+    with Engine(config, prefix_cache=False) as engine:
         prompt = make_prompt(engine, args.depth)
-        single = median_of(SINGLE_PER_ROUND, lambda: outpost_decode(engine, prompt, args.tokens))
+        return median_of(SINGLE_PER_ROUND, lambda: outpost_decode(engine, prompt, args.tokens))
+
+
+def outpost_round(
+    args: argparse.Namespace, config: EngineConfig, singles: dict[str, EngineConfig]
+) -> tuple[dict[str, float], dict[str, float], bool]:
+    """One round of Outpost's side: each 1-slot engine's single stream (median of SINGLE_PER_ROUND
+    runs), then aggregate decode at each of PARALLEL sequences on the 8-slot engine; and whether
+    that engine's KV is one pool. One engine at a time: two OpenMP teams in one process throttle
+    each other's spin-waits."""
+    single = {name: single_stream(args, single_config) for name, single_config in singles.items()}
     with Engine(config, prefix_cache=False) as engine:
         rates = {str(k): outpost_parallel(engine, args.depth, args.tokens, k) for k in PARALLEL}
         return single, rates, engine.model.kv_unified
 
 
 def batched_side_by_side(
-    shape: str, model: Path, args: argparse.Namespace, config: EngineConfig, single_config: EngineConfig
+    shape: str, model: Path, args: argparse.Namespace, config: EngineConfig, singles: dict[str, EngineConfig]
 ) -> dict[str, Any]:
     """Aggregate decode at 1, 2, 4, 8 sequences as users run the engine (its `auto` kernels: the
     kernel probe's choice here), and llama-batched-bench with the same flash attention, KV layout
     (-kvu where Outpost runs one pool) and KV size, round by round in turn (--batched-rounds;
     medians: this machine is shared); then once with the other KV layout, and prefill with 8 slots.
-    Each Outpost round also times the 1-slot single stream the 8 sequences are divided by, so that
+    Each Outpost round also times the 1-slot single streams the 8 sequences are divided by, so that
     the ratio compares runs minutes apart at most (this VM's speed has moved 1.8x within one run)."""
     binary = os.environ.get("LLAMA_BATCHED_BENCH")
     fa = config.effective_flash_attn
     ours: list[dict[str, float]] = []
-    singles: list[float] = []
+    single_rounds: list[dict[str, float]] = []
     theirs: list[dict[str, float]] = []
     results: dict[str, Any] = {}
     unified = False  # round 1 runs Outpost first, which tells
     for r in range(args.batched_rounds):
         for side in ("outpost", "llama") if r % 2 == 0 else ("llama", "outpost"):
             if side == "outpost":
-                single, rates, unified = outpost_round(args, config, single_config)
-                singles.append(single)
+                single, rates, unified = outpost_round(args, config, singles)
+                single_rounds.append(single)
                 ours.append(rates)
-                log(f"  {shape} round {r + 1} outpost: 1 slot {single:.1f}, 8 slots {_rounded(rates)}")
+                log(f"  {shape} round {r + 1} outpost: 1 slot {rounded(single)}, 8 slots {rounded(rates)}")
             elif binary:
                 got = llama_batched_bench(
                     binary, model, args.threads, args.depth, args.tokens, fa, config.weight_layout,
@@ -340,36 +354,24 @@ def batched_side_by_side(
     with Engine(config, prefix_cache=False) as engine:
         prefill = median_of(args.repeats, lambda: outpost_prefill(engine, args.prefill_tokens))
         results["prefill_tok_s_8_slots"] = round(prefill, 2)
-    results["single_tok_s_in_rounds"] = round(statistics.median(singles), 2)
-    results["single_tok_s_rounds"] = [round(x, 1) for x in singles]
-    by_round = [rates["8"] / single for rates, single in zip(ours, singles, strict=True)]
-    results["batched_8_over_single_rounds"] = [round(x, 3) for x in by_round]
-    results["batched_8_over_single"] = round(statistics.median(by_round), 3)
+    results.update(ratios_to_single(ours, single_rounds))
     other = "off" if unified else "on"
     with Engine(config.model_copy(update={"kv_unified": other}), prefix_cache=False) as engine:
         rates = {str(k): round(outpost_parallel(engine, args.depth, args.tokens, k), 2) for k in PARALLEL}
     log(f"  {shape} the other KV layout (-kvu {other}): {rates}")
-    results["batched_tok_s"] = _medians(ours)
-    results["batched_tok_s_rounds"] = [_rounded(r) for r in ours]
+    results["batched_tok_s"] = medians(ours)
+    results["batched_tok_s_rounds"] = [rounded(r) for r in ours]
     results["batched_kv_unified"] = unified
     results["batched_flash_attn"] = fa
     results["batched_tok_s_kv_pool" if other == "on" else "batched_tok_s_kv_per_slot"] = rates
     results["batched_8_over_1"] = round(results["batched_tok_s"]["8"] / results["batched_tok_s"]["1"], 3)
-    results["llama_batched_bench_tok_s"] = _medians(theirs) if theirs else None
+    results["llama_batched_bench_tok_s"] = medians(theirs) if theirs else None
     results["llama_batched_bench_rounds"] = theirs
     if theirs:
         results["batched_8_vs_llama_batched_bench"] = round(
             results["batched_tok_s"]["8"] / results["llama_batched_bench_tok_s"]["8"], 3
         )
     return results
-
-
-def _medians(rounds: list[dict[str, float]]) -> dict[str, float]:
-    return {k: round(statistics.median(r[k] for r in rounds), 2) for k in rounds[0]}
-
-
-def _rounded(rates: dict[str, float]) -> dict[str, float]:
-    return {k: round(v, 1) for k, v in rates.items()}
 
 
 def single_stream_side_by_side(

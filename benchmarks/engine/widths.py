@@ -24,6 +24,7 @@ from pathlib import Path
 
 from benchmarks.engine.main import outpost_parallel
 from benchmarks.harness.common import bench_model, log
+from benchmarks.harness.figures import pyplot, save
 from outpost.engine.config import EngineConfig, with_probed_kernels
 from outpost.engine.hugepages import reexec_with_hugepages
 from outpost.serving.assembly import Engine
@@ -69,10 +70,7 @@ def markdown(rows: dict[int, dict[str, float]]) -> str:
 
 
 def plot(rows: dict[int, dict[str, float]], title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     widths = list(rows)
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -84,9 +82,7 @@ def plot(rows: dict[int, dict[str, float]], title: str, path: Path) -> None:
     ax.set_ylabel("ms a step (median)")
     ax.set_xticks(widths)
     ax.set_title("\n".join(textwrap.wrap(title, 90)), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main() -> None:

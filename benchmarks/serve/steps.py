@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.harness.figures import pyplot, save
+
 PARTS = ("wait", "schedule", "llama_decode", "runner", "update", "emit")
 # A wait this long is an idle engine (no request), not time a step lost.
 IDLE_WAIT_MS = 1000.0
@@ -99,10 +101,7 @@ def cpu_line(profile: Profile) -> str:
 
 def plot(profile: Profile, path: Path) -> None:
     """Stacked bars: each group's mean ms per part."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     keys = sorted(profile.groups)
     labels = [f"{w}{' +prompt' if p else ''}" for w, p in keys]
@@ -117,9 +116,7 @@ def plot(profile: Profile, path: Path) -> None:
     ax.set_title("Where a decoding step's time goes")
     ax.tick_params(axis="x", rotation=60)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main() -> None:
