@@ -64,8 +64,9 @@ BATCHED_KV_CELLS = 8192
 BATCHED_SLOTS = 8
 # The single stream the 8 sequences are divided by runs on one slot of the same size as each of
 # theirs: with V stored transposed, a stream's capacity, not only its depth, sets its decode speed
-# (llama-batched-bench, 8 sequences at depth 128-192: 459-473 tok/s on 256-cell streams, 423-431 on
-# 1024-cell ones, Intel Xeon model 167), so smaller cells on one side would not measure batching.
+# (llama-batched-bench, 8 sequences at depth 128-192: 478-494 tok/s on 256-cell streams, 440-450 on
+# 1024-cell ones, Intel Xeon model 167; docs/performance.md), so smaller cells on one side would not
+# measure batching alone.
 CELLS_PER_SLOT = BATCHED_KV_CELLS // BATCHED_SLOTS
 
 
