@@ -21,6 +21,7 @@ import math
 import sys
 from pathlib import Path
 
+from benchmarks.harness.figures import pyplot, save
 from outpost.engine.batch import TokenBatch
 from outpost.engine.config import EngineConfig, with_probed_kernels
 from outpost.engine.model import LoadedModel
@@ -61,10 +62,7 @@ def bounds(target: dict[int, float], draft_s: float | None) -> list[dict[str, fl
 
 
 def _plot(rows: list[dict[str, float]], title: str, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ks = [r["draft_tokens"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -77,9 +75,7 @@ def _plot(rows: list[dict[str, float]], title: str, out: Path) -> None:
     ax.set_ylabel("speedup over plain decoding, at most")
     ax.set_title(title, fontsize=9)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save(fig, out, dpi=110)
 
 
 def main() -> int:

@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness.figures import pyplot, save
 from benchmarks.spec.arms import Arm
 from benchmarks.spec.measure import PassResult
 from benchmarks.spec.tasks import Task, copy_share
@@ -200,10 +201,7 @@ def _targets(table: dict[str, dict[str, Any]], arms: list[Arm]) -> list[dict[str
 
 
 def _plot(table: dict[str, dict[str, Any]], arms: list[Arm], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = ["1-copy", "1-chat", "4", "8"]
     fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
@@ -225,6 +223,4 @@ def _plot(table: dict[str, dict[str, Any]], arms: list[Arm], out: Path) -> None:
     axes[1].set_ylabel("draft acceptance, 1 stream")
     axes[1].set_ylim(0, 1)
     fig.suptitle(f"Speculative decoding: SmolLM2-135M; {_cpu()}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "spec.png", dpi=110)
-    plt.close(fig)
+    save(fig, out / "spec.png", dpi=110)
